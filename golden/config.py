@@ -1,0 +1,320 @@
+"""The one configuration object of the generator.
+
+``AttentionConfig`` is a frozen dataclass. It is validated once, in ``__post_init__``; every
+width, table size and derived quantity used by the golden model, the hardware and the tests is
+read from it (see the ``derived`` properties). Configurations are loaded from TOML files in
+``configs/`` with :func:`load_config`.
+
+This module is pure Python: the golden model and the hardware both import it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+__all__ = ["AttentionConfig", "ConfigError", "load_config", "config_from_dict"]
+
+
+class ConfigError(ValueError):
+    """An invalid configuration. The message names the field, the value and the allowed range."""
+
+
+def _clog2(n: int) -> int:
+    """Bits needed to count ``n`` distinct values (ceil(log2(n)), at least 0)."""
+    return max(0, (n - 1).bit_length())
+
+
+# (section, field) pairs of the TOML layout; the dataclass fields are flat.
+_SECTIONS = {
+    "model": ("d_model", "heads", "head_dim", "max_seq_len", "max_kv_len"),
+    "array": ("array_rows", "array_cols", "engines"),
+    "widths": ("act_bits", "weight_bits", "bias_bits", "acc_bits", "prob_bits",
+               "requant_mult_bits"),
+    "softmax": ("exp_table_size", "exp_frac_bits", "exp_mult_bits", "recip_bits",
+                "softmax_lanes"),
+    "features": ("causal_mask", "cross_attention"),
+}
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    """Parameters of one generated attention engine.
+
+    Model
+        ``d_model`` = ``heads`` * ``head_dim``; ``max_seq_len`` query rows and ``max_kv_len``
+        key/value rows at most (equal unless cross-attention is enabled).
+    Array
+        ``array_rows`` x ``array_cols`` processing elements per systolic array; ``engines`` head
+        engines (each one array plus one softmax unit) work on different heads at once.
+    Widths
+        Signed ``act_bits`` activations, ``weight_bits`` weights, ``bias_bits`` biases,
+        ``acc_bits`` accumulators; unsigned ``prob_bits`` probabilities (UQ0.prob_bits);
+        requantization multipliers are unsigned ``requant_mult_bits``-bit integers.
+    Softmax
+        ``exp_table_size`` intervals of the interpolated 2^-f table, ``exp_frac_bits`` fraction
+        bits of the base-2 exponent argument, ``exp_mult_bits`` bits of the score-to-exponent
+        multiplier, ``recip_bits`` bits of the row-sum reciprocal, ``softmax_lanes`` scores per
+        cycle.
+    Features
+        ``causal_mask`` and ``cross_attention`` switch run-time support for those modes on.
+    """
+
+    name: str = "unnamed"
+    # model
+    d_model: int = 64
+    heads: int = 4
+    head_dim: int = 16
+    max_seq_len: int = 32
+    max_kv_len: int = 32
+    # array
+    array_rows: int = 4
+    array_cols: int = 4
+    engines: int = 1
+    # widths
+    act_bits: int = 8
+    weight_bits: int = 8
+    bias_bits: int = 32
+    acc_bits: int = 32
+    prob_bits: int = 8
+    requant_mult_bits: int = 16
+    # softmax
+    exp_table_size: int = 16
+    exp_frac_bits: int = 10
+    exp_mult_bits: int = 16
+    recip_bits: int = 16
+    softmax_lanes: int = 1
+    # features
+    causal_mask: bool = True
+    cross_attention: bool = True
+
+    # ---------------------------------------------------------------- validation
+
+    def __post_init__(self):
+        def need(name, lo, hi, why=""):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{name} must be an integer, not {value!r}")
+            if not lo <= value <= hi:
+                extra = f" ({why})" if why else ""
+                raise ConfigError(f"{name} = {value} is out of range: allowed {lo}..{hi}{extra}")
+
+        if not isinstance(self.name, str) or not self.name:
+            raise ConfigError(f"name must be a non-empty string, not {self.name!r}")
+        for flag in ("causal_mask", "cross_attention"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ConfigError(f"{flag} must be true or false, not {getattr(self, flag)!r}")
+
+        need("heads", 1, 64)
+        need("head_dim", 1, 1024)
+        need("d_model", 1, 8192)
+        if self.d_model != self.heads * self.head_dim:
+            raise ConfigError(
+                f"d_model = {self.d_model} must equal heads * head_dim = "
+                f"{self.heads} * {self.head_dim} = {self.heads * self.head_dim}")
+        need("max_seq_len", 1, 4096)
+        need("max_kv_len", 1, 4096)
+        if not self.cross_attention and self.max_kv_len != self.max_seq_len:
+            raise ConfigError(
+                f"max_kv_len = {self.max_kv_len} must equal max_seq_len = {self.max_seq_len} "
+                f"when cross_attention is false (self-attention keys are the queries' rows)")
+
+        need("act_bits", 2, 16)
+        need("weight_bits", 2, 16)
+        need("prob_bits", 2, 16)
+        need("acc_bits", 8, 48)
+        need("bias_bits", 1, self.acc_bits, "at most acc_bits")
+        need("requant_mult_bits", 2, min(31, 62 - self.acc_bits),
+             "the requantization product acc * multiplier must fit 62 bits")
+
+        need("array_rows", 2, 16, "systolic array rows")
+        need("array_cols", 2, 16, "systolic array columns")
+        # An array larger than any matrix it will multiply only wastes multipliers.
+        need("array_rows", 2, max(2, max(self.max_seq_len, self.max_kv_len)),
+             "at most the longest sequence, the largest M of any product")
+        need("array_cols", 2, max(2, self.d_model),
+             "at most d_model, the largest N of any product")
+        need("engines", 1, self.heads, "at most one engine per head")
+
+        need("exp_table_size", 2, 1024)
+        if self.exp_table_size & (self.exp_table_size - 1):
+            raise ConfigError(
+                f"exp_table_size = {self.exp_table_size} must be a power of two in 2..1024")
+        need("exp_frac_bits", self.exp_table_index_bits, 24,
+             f"at least log2(exp_table_size) = {self.exp_table_index_bits}")
+        need("exp_mult_bits", 2, 24)
+        need("recip_bits", self.prob_bits, 24, f"at least prob_bits = {self.prob_bits}")
+        need("softmax_lanes", 1, min(16, self.max_kv_len), "scores per cycle, at most max_kv_len")
+
+        # Every accumulation must be exact in acc_bits (no wrap-around in any product).
+        limit = 2 ** (self.acc_bits - 1) - 1
+        for what, bound in self.accumulator_bounds().items():
+            if bound > limit:
+                raise ConfigError(
+                    f"acc_bits = {self.acc_bits} is too narrow: the {what} accumulation reaches "
+                    f"{bound}, which needs acc_bits >= {bound.bit_length() + 1}")
+        # The softmax datapath's widest product must stay in 62 bits (the golden model and
+        # the simulators compute in int64).
+        if self.sum_bits + self.recip_bits + 2 > 62:
+            raise ConfigError(
+                f"recip_bits = {self.recip_bits} with max_kv_len = {self.max_kv_len} makes the "
+                f"softmax reciprocal {self.sum_bits + self.recip_bits} bits wide: allowed "
+                f"recip_bits <= {60 - self.sum_bits}")
+
+    # ---------------------------------------------------------------- derived
+
+    def accumulator_bounds(self) -> dict[str, int]:
+        """Largest accumulator magnitude of each product, bias excluded."""
+        amax = 2 ** (self.act_bits - 1)
+        wmax = 2 ** (self.weight_bits - 1)
+        pmax = 2 ** self.prob_bits - 1
+        return {
+            "projection (d_model terms)": self.d_model * amax * wmax,
+            "score Q.K^T (head_dim terms)": self.head_dim * amax * amax,
+            "P.V (max_kv_len terms)": self.max_kv_len * pmax * amax,
+        }
+
+    @property
+    def projection_bias_limit(self) -> int:
+        """Largest |bias| that keeps a projection accumulator exact in acc_bits and bias_bits."""
+        headroom = 2 ** (self.acc_bits - 1) - 1 - self.d_model * 2 ** (self.act_bits - 1) \
+            * 2 ** (self.weight_bits - 1)
+        return min(headroom, 2 ** (self.bias_bits - 1) - 1)
+
+    @property
+    def score_bits(self) -> int:
+        """Signed width of a Q.K^T score: head_dim products of two act_bits integers."""
+        bound = self.head_dim * 2 ** (2 * self.act_bits - 2)
+        return bound.bit_length() + 1
+
+    @property
+    def score_diff_bits(self) -> int:
+        """Unsigned width of max(row) - score."""
+        return self.score_bits + 1
+
+    @property
+    def exp_table_index_bits(self) -> int:
+        return _clog2(self.exp_table_size)
+
+    @property
+    def exp_interp_bits(self) -> int:
+        """Fraction bits below the table index, used for linear interpolation."""
+        return self.exp_frac_bits - self.exp_table_index_bits
+
+    @property
+    def exp_table_bits(self) -> int:
+        """Fraction bits of a 2^-f table entry (UQ1.exp_table_bits, entries in [0.5, 1])."""
+        return 15 if self.prob_bits <= 8 else 23
+
+    @property
+    def exp_bits(self) -> int:
+        """Fraction bits of an exponential E = 2^-u (UQ1.exp_bits, E <= 1.0)."""
+        return self.prob_bits + _clog2(self.max_kv_len) + 3
+
+    @property
+    def sum_bits(self) -> int:
+        """Unsigned width of a row sum of up to max_kv_len exponentials."""
+        return self.exp_bits + _clog2(self.max_kv_len) + 1
+
+    @property
+    def seq_len_bits(self) -> int:
+        return max(self.max_seq_len, self.max_kv_len).bit_length()
+
+    @property
+    def macs_per_layer_max(self) -> int:
+        """Multiply-accumulates of one layer at maximum lengths."""
+        return self.layer_macs(self.max_seq_len, self.max_kv_len)
+
+    def layer_macs(self, seq_len: int, kv_len: int) -> int:
+        """Multiply-accumulates of the whole layer for the given lengths."""
+        d, h = self.d_model, self.head_dim
+        proj = seq_len * d * d + 2 * kv_len * d * d     # Q, K, V
+        attn = self.heads * (seq_len * kv_len * h * 2)  # Q.K^T and P.V
+        out = seq_len * d * d
+        return proj + attn + out
+
+    @property
+    def total_pes(self) -> int:
+        return self.array_rows * self.array_cols * self.engines
+
+    # ---------------------------------------------------------------- export
+
+    def to_dict(self) -> dict:
+        """Nested dict in the TOML layout, plus a ``derived`` section (ignored on load)."""
+        out = {"name": self.name}
+        for section, names in _SECTIONS.items():
+            out[section] = {n: getattr(self, n) for n in names}
+        out["derived"] = {
+            "score_bits": self.score_bits,
+            "exp_table_bits": self.exp_table_bits,
+            "exp_bits": self.exp_bits,
+            "sum_bits": self.sum_bits,
+            "total_pes": self.total_pes,
+            "macs_per_layer_max": self.macs_per_layer_max,
+            "projection_bias_limit": self.projection_bias_limit,
+        }
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def to_toml(self) -> str:
+        lines = [f'name = "{self.name}"']
+        for section, names in _SECTIONS.items():
+            lines.append(f"\n[{section}]")
+            for n in names:
+                v = getattr(self, n)
+                lines.append(f"{n} = {str(v).lower() if isinstance(v, bool) else v}")
+        return "\n".join(lines) + "\n"
+
+    def replace(self, **changes) -> "AttentionConfig":
+        return dataclasses.replace(self, **changes)
+
+
+_FIELDS = {f.name for f in fields(AttentionConfig)}
+
+
+def config_from_dict(data: dict, source: str = "<dict>") -> AttentionConfig:
+    """Build a config from the nested TOML layout. Unknown sections or keys are errors."""
+    flat = {}
+    for key, value in data.items():
+        if key == "name":
+            flat["name"] = value
+        elif key == "derived":
+            continue
+        elif key in _SECTIONS:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{source}: [{key}] must be a table")
+            for sub, v in value.items():
+                if sub not in _SECTIONS[key]:
+                    raise ConfigError(
+                        f"{source}: unknown key {key}.{sub}; allowed: "
+                        f"{', '.join(_SECTIONS[key])}")
+                flat[sub] = v
+        else:
+            raise ConfigError(
+                f"{source}: unknown section or key {key!r}; allowed: name, "
+                f"{', '.join(_SECTIONS)}")
+    try:
+        return AttentionConfig(**flat)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+
+
+def load_config(path: str | Path) -> AttentionConfig:
+    """Load and validate a TOML configuration file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError(f"cannot read configuration {path}: {e.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    data.setdefault("name", path.stem)
+    return config_from_dict(data, str(path))
