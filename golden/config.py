@@ -149,6 +149,14 @@ class AttentionConfig:
         need("exp_mult_bits", 2, 24)
         need("recip_bits", self.prob_bits, 24, f"at least prob_bits = {self.prob_bits}")
         need("softmax_lanes", 1, min(16, self.max_kv_len), "scores per cycle, at most max_kv_len")
+        if self.array_cols % self.softmax_lanes:
+            raise ConfigError(
+                f"softmax_lanes = {self.softmax_lanes} must divide array_cols = "
+                f"{self.array_cols} (a score word of array_cols values feeds whole softmax beats)")
+        if self.d_model % 4:
+            raise ConfigError(
+                f"d_model = {self.d_model} must be a multiple of 4: the 32-bit AXI4-Stream and "
+                f"weight-window words each carry 4 int8 elements of one row")
 
         # Every accumulation must be exact in acc_bits (no wrap-around in any product).
         limit = 2 ** (self.acc_bits - 1) - 1
