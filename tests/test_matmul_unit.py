@@ -1,0 +1,287 @@
+"""Amaranth-simulator unit tests of the PE, the systolic array and the matrix engine."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from amaranth.sim import Simulator
+
+from golden import load_config
+from golden.config import AttentionConfig
+from hw.matmul import MatmulEngine
+from hw.pe import ProcessingElement
+from hw.perf import fill_drain_cycles, ideal_cycles, matmul_cycles
+from hw.systolic import SystolicArray
+from tests.matmul_vectors import (MatmulCase, expected_rows, extreme_case, operand_beats,
+                                  random_case)
+
+TINY = load_config("configs/tiny.toml")
+
+
+def _run(dut, testbench):
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(testbench)
+    sim.run()
+
+
+# ------------------------------------------------------------------------------ PE
+
+def test_pe_accumulates_flags_and_stalls():
+    """Random operands, flags and enables against a step model of the PE's registers."""
+    rng = np.random.default_rng(1)
+    pe = ProcessingElement(9, 8, 32)
+    steps = 400
+    a = rng.integers(-256, 256, steps)
+    b = rng.integers(-128, 128, steps)
+    first = rng.random(steps) < 0.2
+    last = rng.random(steps) < 0.2
+    en = rng.random(steps) < 0.7
+    mismatches = []
+
+    async def tb(ctx):
+        # model registers: delayed flags, product, accumulator, result
+        f_d = l_d = False
+        prod = acc = result = 0
+        for i in range(steps):
+            ctx.set(pe.en, bool(en[i]))
+            ctx.set(pe.a_in, int(a[i]))
+            ctx.set(pe.b_in, int(b[i]))
+            ctx.set(pe.first_in, bool(first[i]))
+            ctx.set(pe.last_in, bool(last[i]))
+            await ctx.tick()
+            if en[i]:
+                total = (0 if f_d else acc) + prod
+                if l_d:
+                    result = total
+                acc = total
+                prod = int(a[i] * b[i])
+                f_d, l_d = bool(first[i]), bool(last[i])
+                if (ctx.get(pe.a_out), ctx.get(pe.b_out)) != (a[i], b[i]):
+                    mismatches.append((i, "operands"))
+            if ctx.get(pe.result) != result:
+                mismatches.append((i, ctx.get(pe.result), result))
+
+    _run(pe, tb)
+    assert mismatches == []
+    assert last.sum() > 20   # the run retired many sums
+
+
+# A constructor that raises leaves an object Amaranth reports as never elaborated.
+_unused_ok = pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+
+
+@_unused_ok
+def test_pe_rejects_bad_widths():
+    with pytest.raises(ValueError, match="a_width = 19"):
+        ProcessingElement(19, 8, 32)
+    with pytest.raises(ValueError, match="acc_width = 10 is out of range: allowed integers 16"):
+        ProcessingElement(9, 8, 10)
+
+
+# ------------------------------------------------------------------------------ array
+
+@pytest.mark.parametrize("rows,cols", [(2, 2), (3, 2), (4, 4), (2, 5)])
+def test_array_tiles_pipelined(rows, cols):
+    """Back-to-back tiles (some with K below the minimum spacing) with random stalls."""
+    rng = np.random.default_rng(rows * 10 + cols)
+    arr = SystolicArray(rows, cols, 9, 8, 32)
+    S = arr.min_tile_steps
+    ks = [1, S, 2 * S + 1, 3, S + 2]
+    tiles = [(rng.integers(-256, 256, (rows, k)), rng.integers(-128, 128, (k, cols)))
+             for k in ks]
+    # Step schedule: beats of a tile, with bubbles before a last beat that comes too early.
+    schedule = []
+    since = S
+    for a, b in tiles:
+        k = a.shape[1]
+        for kk in range(k):
+            if kk == k - 1:
+                while since < S:
+                    schedule.append(None)
+                    since += 1
+                since = 0
+            schedule.append((a[:, kk], b[kk], kk == 0, kk == k - 1))
+            since += 1
+    last_steps = [i for i, s in enumerate(schedule) if s is not None and s[3]]
+    schedule += [None] * (arr.latency + rows + 2)
+    got = []
+
+    async def tb(ctx):
+        step = 0
+        i = 0
+        while i < len(schedule):
+            on = rng.random() < 0.75
+            ctx.set(arr.en, on)
+            beat = schedule[i]
+            ctx.set(arr.a, [int(x) for x in beat[0]] if beat else [0] * rows)
+            ctx.set(arr.b, [int(x) for x in beat[1]] if beat else [0] * cols)
+            ctx.set(arr.first, bool(beat and beat[2]))
+            ctx.set(arr.last, bool(beat and beat[3]))
+            if on and ctx.get(arr.row_valid):
+                got.append((step, ctx.get(arr.row_index),
+                            [int(v) for v in ctx.get(arr.row_data)]))
+            await ctx.tick()
+            if on:
+                step += 1
+                i += 1
+
+    _run(arr, tb)
+    expected = []
+    for t, (a, b) in enumerate(tiles):
+        prod = a @ b
+        for r in range(rows):
+            expected.append((last_steps[t] + arr.latency + r, r, prod[r].tolist()))
+    assert got == expected
+
+
+@_unused_ok
+def test_array_rejects_bad_size():
+    with pytest.raises(ValueError, match="rows = 17 is out of range: allowed integers 2..16"):
+        SystolicArray(17, 4, 9, 8, 32)
+    with pytest.raises(ValueError, match="cols = 1 is out of range"):
+        SystolicArray(4, 1, 9, 8, 32)
+
+
+# ------------------------------------------------------------------------------ engine
+
+class EngineBench:
+    """Drives cmd/a/b/bias with random idle cycles and result with random backpressure."""
+
+    def __init__(self, dut: MatmulEngine, idle: float, backpressure: float, seed: int):
+        self.dut = dut
+        self.idle, self.backpressure = idle, backpressure
+        self.rng = np.random.default_rng(seed)
+        self.queues = {"cmd": [], "a": [], "b": [], "bias": []}
+        self.results = []
+        self.errors = 0
+        self.first_operand = None
+        self.last_result = None
+
+    def add(self, case: MatmulCase, command: dict | None = None):
+        cfg = self.dut.cfg
+        a, b, bias = operand_beats(cfg, case)
+        self.queues["cmd"].append(command or case.command())
+        self.queues["a"] += a
+        self.queues["b"] += b
+        self.queues["bias"] += bias
+
+    def run(self, expected_beats: int, max_cycles: int = 20000):
+        dut, rng = self.dut, self.rng
+        ports = {name: getattr(dut, name) for name in self.queues}
+
+        async def tb(ctx):
+            pos = dict.fromkeys(self.queues, 0)
+            offering = dict.fromkeys(self.queues, False)
+            for cycle in range(max_cycles):
+                for name, port in ports.items():
+                    q = self.queues[name]
+                    if not offering[name] and pos[name] < len(q):
+                        offering[name] = rng.random() >= self.idle
+                    ctx.set(port.valid, offering[name])
+                    if offering[name]:
+                        ctx.set(port.payload, q[pos[name]])
+                ready = rng.random() >= self.backpressure
+                ctx.set(dut.result.ready, ready)
+                for name, port in ports.items():
+                    if offering[name] and ctx.get(port.ready):
+                        pos[name] += 1
+                        offering[name] = False
+                        if name == "a" and self.first_operand is None:
+                            self.first_operand = cycle
+                if ready and ctx.get(dut.result.valid):
+                    p = ctx.get(dut.result.payload)
+                    self.results.append((p.row, p.col, p.last, tuple(int(v) for v in p.data)))
+                    self.last_result = cycle
+                self.errors += ctx.get(dut.error)
+                await ctx.tick()
+                if len(self.results) >= expected_beats and cycle > self.last_result + 30:
+                    break
+            self.leftover = {n: len(q) - pos[n] for n, q in self.queues.items()}
+
+        _run(dut, tb)
+        return self.results
+
+
+def _cases(cfg, rng, count):
+    max_m = max(cfg.max_seq_len, cfg.max_kv_len)
+    max_nk = max(cfg.d_model, cfg.max_kv_len)
+    out = []
+    for i in range(count):
+        m = int(rng.integers(1, max_m + 1))
+        n = int(rng.integers(1, max_nk + 1))
+        k = 1 if i % 4 == 0 else int(rng.integers(1, max_nk + 1))
+        out.append(random_case(cfg, rng, m, n, k, bias=bool(rng.integers(2)),
+                               requant=bool(rng.integers(2))))
+    return out
+
+
+@pytest.mark.parametrize("rows,cols,idle,bp", [(4, 4, 0.0, 0.0), (4, 4, 0.3, 0.4),
+                                                (2, 3, 0.2, 0.5), (3, 2, 0.0, 0.0)])
+def test_engine_random_commands(rows, cols, idle, bp):
+    cfg = TINY.replace(array_rows=rows, array_cols=cols)
+    rng = np.random.default_rng(rows * 100 + cols * 10 + int(bp * 10))
+    cases = _cases(cfg, rng, 6)
+    cases.append(extreme_case(cfg, 8, 16, 16, bias=True, requant=False))
+    cases.append(extreme_case(cfg, 5, 7, 16, bias=True, requant=True))
+    bench = EngineBench(MatmulEngine(cfg), idle, bp, seed=7)
+    expected = []
+    for case in cases:
+        bench.add(case)
+        expected += expected_rows(cfg, case)
+    got = bench.run(len(expected))
+    assert got == expected
+    assert bench.errors == 0
+    assert all(v == 0 for v in bench.leftover.values()), bench.leftover
+
+
+@pytest.mark.parametrize("rows,cols,m,n,k", [(4, 4, 8, 16, 16), (4, 4, 5, 7, 3),
+                                              (2, 3, 8, 6, 16), (4, 4, 3, 2, 1)])
+def test_engine_cycles_match_model(rows, cols, m, n, k):
+    cfg = TINY.replace(array_rows=rows, array_cols=cols)
+    case = random_case(cfg, np.random.default_rng(3), m, n, k, bias=True, requant=True)
+    bench = EngineBench(MatmulEngine(cfg), 0.0, 0.0, seed=1)
+    bench.add(case)
+    assert bench.run(len(expected_rows(cfg, case))) == expected_rows(cfg, case)
+    assert bench.last_result - bench.first_operand + 1 == matmul_cycles(cfg, m, n, k)
+
+
+def test_model_within_ten_percent_of_ideal():
+    for rows, cols in [(2, 2), (4, 4), (2, 3), (8, 8), (16, 16), (4, 16)]:
+        cfg = AttentionConfig(d_model=256, heads=4, head_dim=64, max_seq_len=256,
+                              max_kv_len=256, array_rows=rows, array_cols=cols)
+        for mult in (1, 2, 4):
+            m, n, k = rows * mult, cols * mult, 4 * max(rows, cols) * mult
+            assert matmul_cycles(cfg, m, n, k) <= 1.1 * ideal_cycles(cfg, m, n, k)
+
+
+def test_engine_rejects_out_of_range_commands():
+    """Bad commands pulse error, take no operands and do not disturb the next command."""
+    cfg = TINY
+    eng = MatmulEngine(cfg, max_m=8, max_n=16, max_k=16)
+    rng = np.random.default_rng(5)
+    good = random_case(cfg, rng, 6, 5, 4, bias=True, requant=True)
+    bench = EngineBench(eng, 0.2, 0.3, seed=2)
+    bad = [dict(good.command(), m=0), dict(good.command(), n=17), dict(good.command(), k=0),
+           dict(good.command(), k=17), dict(good.command(), m=9), dict(good.command(), shift=0),
+           dict(good.command(), shift=63)]
+    for command in bad:
+        bench.queues["cmd"].append(command)
+    bench.add(good)
+    expected = expected_rows(cfg, good)
+    assert bench.run(len(expected)) == expected
+    assert bench.errors == len(bad)
+    assert all(v == 0 for v in bench.leftover.values())
+
+
+@_unused_ok
+def test_engine_constructor_errors():
+    with pytest.raises(ValueError, match="max_k = 0 is out of range: allowed integers 1..65536"):
+        MatmulEngine(TINY, max_k=0)
+    with pytest.raises(ValueError, match="max_m = 70000"):
+        MatmulEngine(TINY, max_m=70000)
+    with pytest.raises(TypeError, match="cfg must be an AttentionConfig"):
+        MatmulEngine({"array_rows": 4})
+    eng = MatmulEngine(TINY)
+    assert (eng.max_m, eng.max_n, eng.max_k) == (8, 16, 16)
+    assert eng.a_width == 9 and eng.b_width == 8
