@@ -1,0 +1,346 @@
+"""AXI4-Lite control/status slave of the attention engine, generated from ``hw/regmap.py``."""
+
+from __future__ import annotations
+
+from amaranth import C, Cat, Const, Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from golden.config import AttentionConfig
+from hw.regmap import (ERROR_CAUSES, RESP_OKAY, RESP_SLVERR, Access, Guard, RegisterMap,
+                       build_regmap)
+
+__all__ = ["AxiLiteSignature", "AxiLiteRegs"]
+
+_CAUSE = {name: i for i, (name, _) in enumerate(ERROR_CAUSES)}
+
+
+class AxiLiteSignature(wiring.Signature):
+    """AXI4-Lite bus seen from the master (a slave port is ``In(AxiLiteSignature(...))``).
+
+    Parameters
+    ----------
+    addr_width : int
+        Byte-address bits, 3..64.
+    data_width : int
+        32 or 64.
+
+    Members
+    -------
+    awaddr, awvalid, awready, wdata, wstrb, wvalid, wready, bresp, bvalid, bready,
+    araddr, arvalid, arready, rdata, rresp, rvalid, rready
+        The AXI4-Lite channel signals with their AXI names (no ``prot``: this bus has a single
+        privilege level). Responses are 2 bits (OKAY = 0, SLVERR = 2).
+    """
+
+    def __init__(self, addr_width: int, data_width: int = 32):
+        if isinstance(addr_width, bool) or not isinstance(addr_width, int) \
+                or not 3 <= addr_width <= 64:
+            raise TypeError(f"addr_width must be an integer in 3..64, not {addr_width!r}")
+        if data_width not in (32, 64):
+            raise TypeError(f"data_width must be 32 or 64, not {data_width!r}")
+        self._addr_width = addr_width
+        self._data_width = data_width
+        super().__init__({
+            "awaddr": Out(addr_width), "awvalid": Out(1), "awready": In(1),
+            "wdata": Out(data_width), "wstrb": Out(data_width // 8), "wvalid": Out(1),
+            "wready": In(1),
+            "bresp": In(2), "bvalid": In(1), "bready": Out(1),
+            "araddr": Out(addr_width), "arvalid": Out(1), "arready": In(1),
+            "rdata": In(data_width), "rresp": In(2), "rvalid": In(1), "rready": Out(1),
+        })
+
+    @property
+    def addr_width(self) -> int:
+        return self._addr_width
+
+    @property
+    def data_width(self) -> int:
+        return self._data_width
+
+    def __eq__(self, other):
+        return (type(other) is type(self) and other.addr_width == self.addr_width
+                and other.data_width == self.data_width)
+
+    def __hash__(self):
+        return hash((type(self), self._addr_width, self._data_width))
+
+    def __repr__(self):
+        return f"AxiLiteSignature({self._addr_width}, {self._data_width})"
+
+
+class AxiLiteRegs(wiring.Component):
+    """AXI4-Lite slave holding the control, status and parameter registers of the engine.
+
+    Every register, field width, reset value, access mode and busy guard comes from
+    :func:`hw.regmap.build_regmap` (see that module for the map and its bus conventions).
+
+    Parameters
+    ----------
+    cfg : AttentionConfig
+        The engine configuration the map is derived from.
+
+    Members
+    -------
+    s_axi : ``In(AxiLiteSignature(regmap.addr_width))``
+        The bus. AW and W are accepted independently (each into its own holding register);
+        one write and one read are in flight at most.
+    start : ``Out(1)``
+        One-cycle strobe: a checked START. Never raised while ``busy``.
+    causal, cross, seq_len, kv_len, key_len, rq_<q|k|v|pv|o>_<mult|shift>, exp_mult, exp_shift : ``Out(field width)``
+        Register fields (unsigned). ``seq_len``/``kv_len``/``key_len`` are the 16-bit fields;
+        they are within the configuration's limits whenever ``start`` is raised. None of them
+        changes while ``busy``.
+    weights_valid : ``Out(1)``
+        STATUS.WEIGHTS_VALID: parameters and window committed and not written since.
+    busy : ``In(1)``
+        The engine runs. It must rise no later than the cycle after ``start``.
+    done_set, error_set : ``In(1)``
+        Strobes: set STATUS.DONE; OR ``error_cause`` into ERROR_CAUSE (which sets ERROR).
+        A strobe wins over a software clear in the same cycle.
+    error_cause : ``In(len(ERROR_CAUSES))``
+        Cause bits that go with ``error_set`` (STREAM_SHORT, STREAM_LONG from the engine).
+    cycles, busy_cycles : ``In(32)``
+        Counters of the last run, read as CYCLES and BUSY_CYCLES.
+    irq : ``Out(1)``
+        ``CTRL.IRQ_EN & (STATUS.DONE | STATUS.ERROR)``, level.
+    wwin_en, wwin_addr, wwin_data, wwin_strb : ``Out(1)``, ``Out(regmap.window_addr_bits)``, ``Out(32)``, ``Out(4)``
+        Weight-window write port: a one-cycle write of ``wwin_data`` (bytes enabled by
+        ``wwin_strb``) to word ``wwin_addr`` of the window (regions in ``regmap.regions``).
+
+    Latency and throughput (cycle n: the cycle whose clock edge completes a handshake; for
+    writes the later of the AW and W handshakes)
+        - Write: the write executes in cycle n + 1; its effects (register outputs, ``start``,
+          ``wwin_*``, error bits) and ``bvalid`` appear in cycle n + 2. ``awready``/``wready``
+          stay low while a write is held.
+        - Read: ``rvalid`` and ``rdata`` in cycle n + 1, showing the state of cycle n.
+        - ``done_set``/``error_set`` in cycle n: STATUS, ERROR_CAUSE and ``irq`` in cycle n + 1.
+        - One write per 2 cycles and one read per 2 cycles with ``bready``/``rready`` held
+          high; reads and writes proceed in parallel.
+        All outputs come from registers, except ``irq`` (AND/OR of three registers); no
+        combinational path runs from a bus input to a bus output.
+    """
+
+    write_latency = 2   # cycles from the later AW/W handshake to the write's effect and bvalid
+    read_latency = 1    # cycles from the AR handshake to rvalid
+
+    def __init__(self, cfg: AttentionConfig):
+        if not isinstance(cfg, AttentionConfig):
+            raise TypeError(f"AxiLiteRegs needs an AttentionConfig, not {cfg!r}")
+        self._cfg = cfg
+        self._regmap = rmap = build_regmap(cfg)
+        ports = {"s_axi": In(AxiLiteSignature(rmap.addr_width)), "start": Out(1)}
+        for reg, f in rmap.fields_with_port():
+            if f.access is Access.RW:
+                ports[f.port] = Out(f.width, init=f.reset)
+        ports.update({
+            "weights_valid": Out(1),
+            "busy": In(1), "done_set": In(1), "error_set": In(1),
+            "error_cause": In(len(ERROR_CAUSES)),
+            "cycles": In(32), "busy_cycles": In(32),
+            "irq": Out(1),
+            "wwin_en": Out(1), "wwin_addr": Out(rmap.window_addr_bits), "wwin_data": Out(32),
+            "wwin_strb": Out(4),
+        })
+        super().__init__(ports)
+
+    @property
+    def cfg(self) -> AttentionConfig:
+        return self._cfg
+
+    @property
+    def regmap(self) -> RegisterMap:
+        return self._regmap
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg, rmap, bus = self._cfg, self._regmap, self.s_axi
+        aw = rmap.addr_width
+        n_causes = len(ERROR_CAUSES)
+
+        # ---------------------------------------------------------------- state
+        done = Signal()
+        causes = Signal(n_causes)
+        error = Signal()
+        irq_en = Signal()
+        m.d.comb += error.eq(causes.any())
+        # A write executes at the earliest 3 cycles after the previous one (bvalid must drop
+        # first), so busy, raised by the engine the cycle after start, guards every later write.
+        running = self.busy
+
+        # Every readable field's source; RW fields with a port are that output port.
+        source = {}
+        for reg in rmap:
+            for f in reg.fields:
+                if f.const:
+                    source[reg.name, f.name] = C(f.reset, f.width)
+                elif f.access is Access.WO:
+                    source[reg.name, f.name] = C(0, f.width)
+                elif f.access is Access.RW and f.port:
+                    source[reg.name, f.name] = getattr(self, f.port)
+        source["CTRL", "IRQ_EN"] = irq_en
+        source["STATUS", "BUSY"] = self.busy
+        source["STATUS", "DONE"] = done
+        source["STATUS", "ERROR"] = error
+        source["STATUS", "WEIGHTS_VALID"] = self.weights_valid
+        for name, bit in _CAUSE.items():
+            source["ERROR_CAUSE", name] = causes[bit]
+        source["CYCLES", "COUNT"] = self.cycles
+        source["BUSY_CYCLES", "COUNT"] = self.busy_cycles
+        missing = [(r.name, f.name) for r in rmap for f in r.fields
+                   if (r.name, f.name) not in source]
+        if missing:
+            raise ValueError(f"register fields without hardware: {missing}")
+
+        def value(reg):
+            """The register's 32-bit read value."""
+            v = Const(0, 32)
+            for f in reg.fields:
+                v = v | (source[reg.name, f.name].as_unsigned() << f.lsb)
+            return v[:32]
+
+        # ---------------------------------------------------------------- write channel
+        aw_full = Signal()
+        aw_addr = Signal(aw)
+        w_full = Signal()
+        w_data = Signal(32)
+        w_strb = Signal(4)
+        bvalid = Signal()
+        bresp = Signal(2)
+        m.d.comb += [
+            bus.awready.eq(~aw_full), bus.wready.eq(~w_full),
+            bus.bvalid.eq(bvalid), bus.bresp.eq(bresp),
+        ]
+        with m.If(bus.awvalid & ~aw_full):
+            m.d.sync += [aw_full.eq(1), aw_addr.eq(bus.awaddr)]
+        with m.If(bus.wvalid & ~w_full):
+            m.d.sync += [w_full.eq(1), w_data.eq(bus.wdata), w_strb.eq(bus.wstrb)]
+
+        write = Signal()    # the held write executes this cycle
+        m.d.comb += write.eq(aw_full & w_full & ~bvalid)
+        with m.If(write):
+            m.d.sync += [aw_full.eq(0), w_full.eq(0), bvalid.eq(1)]
+        with m.Elif(bus.bready):
+            m.d.sync += bvalid.eq(0)
+
+        byte_mask = Cat(*[w_strb[i].replicate(8) for i in range(4)])
+        word = aw_addr[2:]
+        win_word = aw_addr[2:aw - 1]
+        in_window = Signal()
+        m.d.comb += in_window.eq(aw_addr[aw - 1] & (win_word < rmap.window_words))
+        hit = {reg.name: Signal(name=f"hit_{reg.name.lower()}") for reg in rmap}
+        for reg in rmap:
+            m.d.comb += hit[reg.name].eq(write & (word == reg.offset >> 2))
+        mapped = Signal()
+        m.d.comb += mapped.eq(in_window | Cat(*[word == reg.offset >> 2 for reg in rmap]).any())
+        with m.If(write):
+            m.d.sync += bresp.eq(Mux(mapped, RESP_OKAY, RESP_SLVERR))
+
+        def written(reg, f):
+            """Field ``f`` after a strobed write of w_data (unstrobed bytes keep their value)."""
+            merged = (value(reg) & ~byte_mask) | (w_data & byte_mask)
+            return merged[f.lsb:f.lsb + f.width]
+
+        set_causes = Signal(n_causes)
+        clear_causes = Signal(n_causes)
+        write_while_busy = Signal()
+        weights_dirty = Signal()    # an accepted weight or layer-parameter write
+
+        for reg in rmap:
+            for f in reg.fields:
+                if f.access is not Access.RW or f.const:
+                    continue
+                target = source[reg.name, f.name]
+                if f.guard in (Guard.RUN, Guard.LAYER):
+                    with m.If(hit[reg.name] & running):
+                        m.d.comb += write_while_busy.eq(1)
+                    with m.If(hit[reg.name] & ~running):
+                        m.d.sync += target.eq(written(reg, f))
+                        if f.guard is Guard.LAYER:
+                            m.d.comb += weights_dirty.eq(1)
+                elif f.guard is Guard.HOLD:
+                    with m.If(hit[reg.name] & ~running):
+                        m.d.sync += target.eq(written(reg, f))
+                else:
+                    with m.If(hit[reg.name]):
+                        m.d.sync += target.eq(written(reg, f))
+
+        # Weight window: registered write port, one cycle per accepted write.
+        m.d.sync += self.wwin_en.eq(0)
+        with m.If(write & in_window):
+            with m.If(running):
+                m.d.comb += write_while_busy.eq(1)
+            with m.Else():
+                m.d.comb += weights_dirty.eq(1)
+                m.d.sync += [self.wwin_en.eq(1), self.wwin_addr.eq(win_word),
+                             self.wwin_data.eq(w_data), self.wwin_strb.eq(w_strb)]
+
+        # START, checked against the mode bits written together with it.
+        ctrl = rmap["CTRL"]
+        start_req = hit["CTRL"] & written(ctrl, ctrl.field("START"))
+        causal_new = written(ctrl, ctrl.field("CAUSAL"))
+        cross_new = written(ctrl, ctrl.field("CROSS"))
+        seq_len, kv_len, key_len = self.seq_len, self.kv_len, self.key_len
+        bad_seq = (seq_len == 0) | (seq_len > cfg.max_seq_len)
+        bad_kv = cross_new & ((kv_len == 0) | (kv_len > cfg.max_kv_len))
+        key_rows = Mux(cross_new, kv_len, seq_len)
+        # A key count is only judged against a valid row count.
+        bad_key = ~Mux(cross_new, bad_kv, bad_seq) & (key_len > key_rows)
+        check = Signal(n_causes)
+        m.d.comb += [
+            check[_CAUSE["BAD_SEQ_LEN"]].eq(bad_seq),
+            check[_CAUSE["BAD_KV_LEN"]].eq(bad_kv),
+            check[_CAUSE["BAD_KEY_LEN"]].eq(bad_key),
+            check[_CAUSE["NO_WEIGHTS"]].eq(~self.weights_valid),
+            check[_CAUSE["BAD_CROSS"]].eq(cross_new & (not cfg.cross_attention)),
+            check[_CAUSE["BAD_CAUSAL"]].eq(causal_new & (not cfg.causal_mask)),
+        ]
+        m.d.sync += self.start.eq(0)
+        with m.If(start_req):
+            with m.If(running):
+                m.d.comb += set_causes[_CAUSE["START_WHILE_BUSY"]].eq(1)
+            with m.Elif(check.any()):
+                m.d.comb += set_causes.eq(check)
+            with m.Else():
+                m.d.sync += self.start.eq(1)
+
+        # STATUS W1C bits; clearing ERROR clears every cause.
+        status = rmap["STATUS"]
+        clear_done = hit["STATUS"] & written(status, status.field("DONE"))
+        with m.If(hit["STATUS"] & written(status, status.field("ERROR"))):
+            m.d.comb += clear_causes.eq((1 << n_causes) - 1)
+        with m.If(hit["ERROR_CAUSE"]):
+            m.d.comb += clear_causes.eq(w_data[:n_causes] & byte_mask[:n_causes])
+
+        # Sticky flags: a set in the same cycle as a clear wins, so no event is lost.
+        wwb = Signal(n_causes)
+        m.d.comb += wwb[_CAUSE["WRITE_WHILE_BUSY"]].eq(write_while_busy)
+        engine_causes = Mux(self.error_set, self.error_cause, 0)
+        m.d.sync += causes.eq((causes & ~clear_causes) | set_causes | wwb | engine_causes)
+        m.d.sync += done.eq((done & ~clear_done) | self.done_set)
+
+        commit = rmap["WEIGHTS_COMMIT"]
+        with m.If(weights_dirty):
+            m.d.sync += self.weights_valid.eq(0)
+        with m.Elif(hit["WEIGHTS_COMMIT"] & written(commit, commit.field("COMMIT"))):
+            m.d.sync += self.weights_valid.eq(1)
+
+        m.d.comb += self.irq.eq(irq_en & (done | error))
+
+        # ---------------------------------------------------------------- read channel
+        rvalid = Signal()
+        rdata = Signal(32)
+        rresp = Signal(2)
+        m.d.comb += [bus.arready.eq(~rvalid), bus.rvalid.eq(rvalid), bus.rdata.eq(rdata),
+                     bus.rresp.eq(rresp)]
+        with m.If(bus.arvalid & ~rvalid):
+            m.d.sync += rvalid.eq(1)
+            with m.Switch(bus.araddr[2:]):
+                for reg in rmap:
+                    with m.Case(reg.offset >> 2):
+                        m.d.sync += [rdata.eq(value(reg)), rresp.eq(RESP_OKAY)]
+                with m.Default():   # unmapped, or the write-only window
+                    m.d.sync += [rdata.eq(0), rresp.eq(RESP_SLVERR)]
+        with m.Elif(bus.rready):
+            m.d.sync += rvalid.eq(0)
+        return m
