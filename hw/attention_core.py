@@ -1,0 +1,733 @@
+"""The attention layer's datapath and controller, without bus interfaces.
+
+``AttentionCore`` owns the on-chip buffers, ``cfg.engines`` head engines (one
+:class:`hw.matmul.MatmulEngine` and one :class:`hw.softmax.SoftmaxUnit` each) and the sequencer
+that runs one whole multi-head attention layer per ``start``. :class:`hw.attention_top.AttentionTop`
+wraps it in AXI4-Stream and AXI4-Lite interfaces.
+
+Work split. Engine ``e`` owns heads ``h = g * engines + e`` (head group ``g``). Every matrix
+product is issued to all engines at once, in lock-step, each on its own head's slice:
+
+1. for every group: Q_h = rq_q(X Wq_h^T + bq_h), K_h and V_h likewise from KV (X, or the
+   second sequence in cross mode): M = seq/kv rows, N = head_dim, K = d_model;
+2. for every group: S = Q_h K_h^T (raw int32, N = kv rows, K = head_dim) into the score buffer,
+   the softmax unit turns it row by row into P (UQ0.prob_bits), then A_h = rq_pv(P V_h)
+   (K = kv rows, N = head_dim);
+3. for every group: Y[:, cols of h] = rq_o(A Wo_h^T + bo_h), where A (all heads) is read from
+   every engine's attention buffer and broadcast;
+4. Y is streamed out row by row.
+
+Buffers (``amaranth.lib.memory``, block RAM): X and KV inputs (array_rows banks of 32-bit
+words), weights and biases per engine (only the rows of its heads), Q, K, V, scores, P,
+attention and output per engine. Operand fetchers read one A vector (array_rows values) and
+one B vector (array_cols values) per cycle, so the arrays never wait on memory.
+
+Ports
+-----
+x_in : In(stream) of ``{data: 32, last: 1}``
+    Activations: ``seq_len`` rows of d_model int8 (4 per word, element 4a+k in byte k), then in
+    cross mode ``kv_len`` rows of the second sequence; ``last`` on the final word of each.
+y_out : Out(stream) of ``{data: 32, last: 1}``
+    The int8 result rows in the same packing; ``last`` on the final word.
+start, causal, cross, seq_len, kv_len, key_len, rq_* , exp_mult, exp_shift : In
+    Run settings, sampled at ``start`` (validated beforehand by the register block).
+wwin_en, wwin_addr, wwin_data, wwin_strb : In
+    Weight-window writes (word addresses, see :mod:`hw.regmap`).
+busy, done, error, error_cause, cycles, busy_cycles : Out
+    Status: ``done``/``error`` are one-cycle strobes; ``error_cause`` is valid with ``error``.
+
+Latency and throughput are described by :func:`hw.perf.layer_cycles`.
+"""
+
+from __future__ import annotations
+
+from amaranth import *
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from golden.config import AttentionConfig
+
+from .matmul import MatmulEngine
+from .regmap import ERROR_CAUSES as REGMAP_CAUSES
+from .softmax import SoftmaxUnit
+
+__all__ = ["AttentionCore", "WordStream", "ERROR_CAUSES"]
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def _aw(depth):
+    return max(1, (depth - 1).bit_length())
+
+
+WordStream = stream.Signature(data.StructLayout({"data": 32, "last": 1}))
+
+# Bit positions of ERROR_CAUSE that the core itself raises (the rest come from the registers).
+ERROR_CAUSES = {name: bit for bit, (name, _) in enumerate(REGMAP_CAUSES)
+                if name in ("STREAM_SHORT", "STREAM_LONG")}
+
+# Job selectors.
+A_X, A_KV, A_Q, A_P, A_ATTN = range(5)
+B_W, B_K, B_V = range(3)
+D_Q, D_K, D_V, D_S, D_ATTN, D_OUT = range(6)
+RQ_NONE, RQ_Q, RQ_K, RQ_V, RQ_PV, RQ_O = range(6)
+
+
+def check_core_config(cfg: AttentionConfig) -> None:
+    if cfg.act_bits != 8 or cfg.weight_bits != 8:
+        raise ValueError(
+            f"attention_top supports act_bits = weight_bits = 8 (32-bit bus words carry 4 "
+            f"elements), not act_bits = {cfg.act_bits}, weight_bits = {cfg.weight_bits}")
+    if cfg.prob_bits > 8:
+        raise ValueError(f"attention_top supports prob_bits <= 8, not {cfg.prob_bits}")
+
+
+def fork(m, name, s1_valid, readies):
+    """Offer one registered beat to several consumers that may take it in different cycles.
+
+    Returns ``(valids, advance)``: consumer ``i`` sees ``valids[i]`` until it has taken the
+    beat; ``advance`` is high when the stage may load a new beat (empty, or every consumer
+    has taken the current one). Valid never depends on ready, as streams require.
+    """
+    n = len(readies)
+    taken = Signal(n, name=f"{name}_taken")
+    valids = [Signal(name=f"{name}_valid{i}") for i in range(n)]
+    got = []
+    for i in range(n):
+        m.d.comb += valids[i].eq(s1_valid & ~taken[i])
+        got.append(taken[i] | (valids[i] & readies[i]))
+    all_got = Signal(name=f"{name}_all")
+    m.d.comb += all_got.eq(Cat(*got).all())
+    with m.If(s1_valid):
+        m.d.sync += taken.eq(Mux(all_got, 0, Cat(*got)))
+    return valids, ~s1_valid | all_got
+
+
+class AttentionCore(wiring.Component):
+    def __init__(self, cfg: AttentionConfig):
+        check_core_config(cfg)
+        self.cfg = cfg
+        self.R, self.C, self.E = cfg.array_rows, cfg.array_cols, cfg.engines
+        self.G = _cdiv(cfg.heads, cfg.engines)
+        self.dk, self.d = cfg.head_dim, cfg.d_model
+        self.TN = _cdiv(cfg.head_dim, cfg.array_cols)
+        self.TNk = _cdiv(cfg.max_kv_len, cfg.array_cols)
+        self.L = cfg.softmax_lanes
+        self.KB = _cdiv(cfg.max_kv_len, cfg.softmax_lanes)
+        self.D4 = cfg.d_model // 4
+        lb = cfg.seq_len_bits
+        mb, eb = cfg.requant_mult_bits, cfg.exp_mult_bits
+        ports = {
+            "x_in": In(WordStream),
+            "y_out": Out(WordStream),
+            "start": In(1), "causal": In(1), "cross": In(1),
+            "seq_len": In(lb), "kv_len": In(lb), "key_len": In(lb),
+            "exp_mult": In(eb), "exp_shift": In(6),
+            "wwin_en": In(1), "wwin_addr": In(self.window_addr_bits),
+            "wwin_data": In(32), "wwin_strb": In(4),
+            "busy": Out(1), "done": Out(1), "error": Out(1), "error_cause": Out(16),
+            "cycles": Out(32), "busy_cycles": Out(32),
+        }
+        for n in ("q", "k", "v", "pv", "o"):
+            ports[f"rq_{n}_mult"] = In(mb)
+            ports[f"rq_{n}_shift"] = In(6)
+        super().__init__(ports)
+
+    # Weight window word layout: 4 matrices of d*d/4 words, then 4 bias vectors of d words.
+    @property
+    def matrix_words(self):
+        return self.d * self.d // 4
+
+    @property
+    def window_words(self):
+        return 4 * self.matrix_words + 4 * self.d
+
+    @property
+    def window_addr_bits(self):
+        return _aw(self.window_words)
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        R, C, E, G, dk, d = self.R, self.C, self.E, self.G, self.dk, self.d
+        TN, TNk, L, KB, D4 = self.TN, self.TNk, self.L, self.KB, self.D4
+        SEQ, KV = cfg.max_seq_len, cfg.max_kv_len
+        PB, SB = cfg.prob_bits, cfg.score_bits
+        lb = cfg.seq_len_bits
+
+        engines = []
+        softmaxes = []
+        for e in range(E):
+            eng = MatmulEngine(cfg, max_m=max(SEQ, KV), max_n=max(dk, KV),
+                               max_k=max(d, KV, dk))
+            sm = SoftmaxUnit(cfg)
+            m.submodules[f"engine{e}"] = eng
+            m.submodules[f"softmax{e}"] = sm
+            engines.append(eng)
+            softmaxes.append(sm)
+
+        # ------------------------------------------------------------ run settings
+        seq = Signal(lb)
+        kvrows = Signal(lb)
+        keylen = Signal(lb)
+        causal = Signal()
+        cross = Signal()
+        rq = {n: (Signal(cfg.requant_mult_bits, name=f"rq_{n}_m"), Signal(6, name=f"rq_{n}_s"))
+              for n in ("q", "k", "v", "pv", "o")}
+        exp_mult = Signal(cfg.exp_mult_bits)
+        exp_shift = Signal(6)
+
+        # ------------------------------------------------------------ memories
+        def mem(name, width, depth):
+            mm = Memory(shape=unsigned(width), depth=depth, init=[])
+            m.submodules[name] = mm
+            return mm
+
+        x_mem = [mem(f"x_mem{r}", 32, _cdiv(SEQ, R) * D4) for r in range(R)]
+        kv_mem = [mem(f"kv_mem{r}", 32, _cdiv(KV, R) * D4) for r in range(R)] \
+            if cfg.cross_attention else x_mem
+        w_mem = [mem(f"w_mem{e}", 32 * C, 4 * G * TN * D4) for e in range(E)]
+        b_mem = [mem(f"b_mem{e}", cfg.bias_bits * C, 4 * G * TN) for e in range(E)]
+        q_mem = [[mem(f"q_mem{e}_{r}", 8 * C, _cdiv(SEQ, R) * G * TN) for r in range(R)]
+                 for e in range(E)]
+        k_mem = [[mem(f"k_mem{e}_{c}", 8 * C, _cdiv(KV, C) * G * TN) for c in range(C)]
+                 for e in range(E)]
+        v_mem = [mem(f"v_mem{e}", 8 * C, KV * G * TN) for e in range(E)]
+        s_mem = [mem(f"s_mem{e}", SB * C, SEQ * TNk) for e in range(E)]
+        p_mem = [[mem(f"p_mem{e}_{r}", PB * L, _cdiv(SEQ, R) * KB) for r in range(R)]
+                 for e in range(E)]
+        a_mem = [[mem(f"a_mem{e}_{r}", 8 * C, _cdiv(SEQ, R) * G * TN) for r in range(R)]
+                 for e in range(E)]
+        o_mem = [mem(f"o_mem{e}", 8 * C, SEQ * G * TN) for e in range(E)]
+
+        # ------------------------------------------------------------ weight window writes
+        # Word a of matrix w is elements 4a..4a+3 of row n = 4a // d (torch (out, in) layout),
+        # columns kk = 4a % d .. +3. Row n belongs to head h = n // dk, engine h % E.
+        ww_addr = self.wwin_addr
+        w_is_bias = ww_addr >= 4 * self.matrix_words
+        for e in range(E):
+            wp = w_mem[e].write_port(granularity=8)
+            bp = b_mem[e].write_port(granularity=cfg.bias_bits)
+            mw = ww_addr % self.matrix_words
+            wsel = ww_addr // self.matrix_words
+            n = mw // D4
+            kw = mw % D4
+            h, ch = n // dk, n % dk
+            tn, c = ch // C, ch % C
+            m.d.comb += [
+                wp.addr.eq((((wsel * G + h // E) * TN + tn) * D4) + kw),
+                wp.data.eq(Cat(*[self.wwin_data for _ in range(C)])),
+            ]
+            # Word layout: lane c holds 4 bytes (kk%4 = 0..3) of column c.
+            with m.If(self.wwin_en & ~w_is_bias & (h % E == e)):
+                for lane in range(C):
+                    with m.If(c == lane):
+                        m.d.comb += wp.en[4 * lane:4 * lane + 4].eq(self.wwin_strb)
+            ba = ww_addr - 4 * self.matrix_words
+            bsel, bn = ba // d, ba % d
+            bh, bch = bn // dk, bn % dk
+            m.d.comb += [
+                bp.addr.eq((bsel * G + bh // E) * TN + bch // C),
+                bp.data.eq(Cat(*[self.wwin_data[:cfg.bias_bits] for _ in range(C)])),
+            ]
+            with m.If(self.wwin_en & w_is_bias & (bh % E == e) & (self.wwin_strb == 0xF)):
+                for lane in range(C):
+                    with m.If(bch % C == lane):
+                        m.d.comb += bp.en[lane].eq(1)
+
+        # ------------------------------------------------------------ job registers
+        job_a = Signal(3)
+        job_b = Signal(2)
+        job_w = Signal(2)
+        job_bias = Signal()
+        job_rq = Signal(3)
+        job_dst = Signal(3)
+        job_m = Signal(lb + 1)
+        job_n = Signal(max(lb, dk.bit_length()) + 1)
+        job_k = Signal(max(lb, d.bit_length()) + 1)
+        job_lh = Signal(range(G + 1))
+        job_go = Signal()          # one-cycle pulse: a job starts
+
+        # ------------------------------------------------------------ command issue
+        cmd_pending = Signal(E)
+        rq_mult = Signal(cfg.requant_mult_bits)
+        rq_shift = Signal(6)
+        with m.Switch(job_rq):
+            for code, n in ((RQ_Q, "q"), (RQ_K, "k"), (RQ_V, "v"), (RQ_PV, "pv"), (RQ_O, "o")):
+                with m.Case(code):
+                    m.d.comb += [rq_mult.eq(rq[n][0]), rq_shift.eq(rq[n][1])]
+            with m.Default():
+                m.d.comb += [rq_mult.eq(1), rq_shift.eq(1)]
+        for e, eng in enumerate(engines):
+            p = eng.cmd.payload
+            m.d.comb += [
+                eng.cmd.valid.eq(cmd_pending[e]),
+                p.m.eq(job_m), p.n.eq(job_n), p.k.eq(job_k),
+                p.bias_en.eq(job_bias), p.requant_en.eq(job_rq != RQ_NONE),
+                p.mult.eq(rq_mult), p.shift.eq(rq_shift),
+            ]
+            with m.If(eng.cmd.valid & eng.cmd.ready):
+                m.d.sync += cmd_pending[e].eq(0)
+        with m.If(job_go):
+            m.d.sync += cmd_pending.eq((1 << E) - 1)
+
+        # ------------------------------------------------------------ operand fetch
+        f_active = Signal()
+        f_tm = Signal(range(max(SEQ, KV) + 1))
+        f_tn = Signal(range(max(TN, TNk) + 1))
+        f_kk = Signal(range(max(d, KV, dk) + 1))
+        s1_valid = Signal()
+        op_valids, op_adv = fork(m, "op", s1_valid, [eng.a.ready for eng in engines])
+        advance = Signal()
+        m.d.comb += advance.eq(op_adv)
+
+        row0 = f_tm * R
+        col0 = f_tn * C
+        # A-side address and lane select per source.
+        kk = f_kk
+        h_a = kk // dk
+        ch_a = kk % dk
+        a_addr = Signal(16)
+        a_lane = Signal(range(max(4, C, L) + 1))
+        with m.Switch(job_a):
+            with m.Case(A_X, A_KV):
+                m.d.comb += [a_addr.eq(f_tm * D4 + kk // 4), a_lane.eq(kk % 4)]
+            with m.Case(A_Q):
+                m.d.comb += [a_addr.eq((f_tm * G + job_lh) * TN + kk // C), a_lane.eq(kk % C)]
+            with m.Case(A_P):
+                m.d.comb += [a_addr.eq(f_tm * KB + kk // L), a_lane.eq(kk % L)]
+            with m.Case(A_ATTN):
+                m.d.comb += [a_addr.eq((f_tm * G + h_a // E) * TN + ch_a // C),
+                             a_lane.eq(ch_a % C)]
+        b_addr = Signal(20)
+        b_lane = Signal(range(max(4, C) + 1))
+        with m.Switch(job_b):
+            with m.Case(B_W):
+                m.d.comb += [b_addr.eq(((job_w * G + job_lh) * TN + f_tn) * D4 + kk // 4),
+                             b_lane.eq(kk % 4)]
+            with m.Case(B_K):
+                m.d.comb += [b_addr.eq((f_tn * G + job_lh) * TN + kk // C), b_lane.eq(kk % C)]
+            with m.Case(B_V):
+                m.d.comb += [b_addr.eq((kk * G + job_lh) * TN + f_tn), b_lane.eq(0)]
+
+        s1_a_lane = Signal.like(a_lane)
+        s1_b_lane = Signal.like(b_lane)
+        s1_amask = Signal(R)
+        s1_bmask = Signal(C)
+        s1_attn_e = Signal(range(E))
+        s1_src_a = Signal(3)
+        s1_src_b = Signal(2)
+
+        last_kk = f_kk + 1 >= job_k
+        last_tn = col0 + C >= job_n
+        last_tm = row0 + R >= job_m
+        with m.If(advance):
+            m.d.sync += s1_valid.eq(f_active)
+            with m.If(f_active):
+                m.d.sync += [
+                    s1_a_lane.eq(a_lane), s1_b_lane.eq(b_lane),
+                    s1_amask.eq(Cat(*[row0 + r < job_m for r in range(R)])),
+                    s1_bmask.eq(Cat(*[col0 + c < job_n for c in range(C)])),
+                    s1_attn_e.eq(h_a % E), s1_src_a.eq(job_a), s1_src_b.eq(job_b),
+                ]
+                m.d.sync += f_kk.eq(f_kk + 1)
+                with m.If(last_kk):
+                    m.d.sync += [f_kk.eq(0), f_tn.eq(f_tn + 1)]
+                    with m.If(last_tn):
+                        m.d.sync += [f_tn.eq(0), f_tm.eq(f_tm + 1)]
+                        with m.If(last_tm):
+                            m.d.sync += f_active.eq(0)
+        with m.If(job_go):
+            m.d.sync += [f_active.eq(1), f_tm.eq(0), f_tn.eq(0), f_kk.eq(0)]
+
+        def byte_of(word, idx, nbytes, width=8):
+            """Element ``idx`` (a Signal) of a word of ``nbytes`` elements of ``width`` bits."""
+            sel = Signal(width)
+            with m.Switch(idx):
+                for i in range(nbytes):
+                    with m.Case(i):
+                        m.d.comb += sel.eq(word[i * width:(i + 1) * width])
+            return sel
+
+        # Read ports.
+        x_rp = [mm.read_port() for mm in x_mem]
+        kv_rp = [mm.read_port() for mm in kv_mem] if cfg.cross_attention else None
+        attn_rp = [[mm.read_port() for mm in a_mem[e]] for e in range(E)]
+        for r in range(R):
+            m.d.comb += [x_rp[r].addr.eq(a_addr), x_rp[r].en.eq(advance)]
+            if kv_rp:
+                m.d.comb += [kv_rp[r].addr.eq(a_addr), kv_rp[r].en.eq(advance)]
+            for e in range(E):
+                m.d.comb += [attn_rp[e][r].addr.eq(a_addr), attn_rp[e][r].en.eq(advance)]
+
+        a_width = engines[0].a.payload.shape().elem_shape.width
+        for e, eng in enumerate(engines):
+            q_rp = [mm.read_port() for mm in q_mem[e]]
+            p_rp = [mm.read_port() for mm in p_mem[e]]
+            w_rp = w_mem[e].read_port()
+            k_rp = [mm.read_port() for mm in k_mem[e]]
+            v_rp = v_mem[e].read_port()
+            for rp in q_rp + p_rp:
+                m.d.comb += [rp.addr.eq(a_addr), rp.en.eq(advance)]
+            for rp in [w_rp, v_rp] + k_rp:
+                m.d.comb += [rp.addr.eq(b_addr), rp.en.eq(advance)]
+
+            for r in range(R):
+                xb = byte_of(x_rp[r].data, s1_a_lane, 4)
+                kvb = byte_of(kv_rp[r].data, s1_a_lane, 4) if kv_rp else xb
+                qb = byte_of(q_rp[r].data, s1_a_lane, C)
+                pb = byte_of(p_rp[r].data, s1_a_lane, L, PB)
+                ab = Signal(8)
+                with m.Switch(s1_attn_e):
+                    for ee in range(E):
+                        with m.Case(ee):
+                            m.d.comb += ab.eq(byte_of(attn_rp[ee][r].data, s1_a_lane, C))
+                val = Signal(signed(a_width), name=f"a{e}_{r}")
+                with m.Switch(s1_src_a):
+                    with m.Case(A_X):
+                        m.d.comb += val.eq(xb.as_signed())
+                    with m.Case(A_KV):
+                        m.d.comb += val.eq(kvb.as_signed())
+                    with m.Case(A_Q):
+                        m.d.comb += val.eq(qb.as_signed())
+                    with m.Case(A_P):
+                        m.d.comb += val.eq(pb)           # unsigned probability
+                    with m.Case(A_ATTN):
+                        m.d.comb += val.eq(ab.as_signed())
+                m.d.comb += eng.a.payload[r].eq(Mux(s1_amask[r], val, 0))
+            b_width = eng.b.payload.shape().elem_shape.width
+            for c in range(C):
+                wb = byte_of(w_rp.data[32 * c:32 * (c + 1)], s1_b_lane, 4)
+                kb = byte_of(k_rp[c].data, s1_b_lane, C)
+                vb = v_rp.data[8 * c:8 * (c + 1)]
+                val = Signal(signed(b_width), name=f"b{e}_{c}")
+                with m.Switch(s1_src_b):
+                    with m.Case(B_W):
+                        m.d.comb += val.eq(wb.as_signed())
+                    with m.Case(B_K):
+                        m.d.comb += val.eq(kb.as_signed())
+                    with m.Case(B_V):
+                        m.d.comb += val.eq(vb.as_signed())
+                m.d.comb += eng.b.payload[c].eq(Mux(s1_bmask[c], val, 0))
+            m.d.comb += [eng.a.valid.eq(op_valids[e]), eng.b.valid.eq(op_valids[e])]
+
+        # ------------------------------------------------------------ bias fetch
+        bf_active = Signal()
+        bf_tm = Signal.like(f_tm)
+        bf_tn = Signal.like(f_tn)
+        bs1_valid = Signal()
+        bias_valids, b_adv = fork(m, "bias", bs1_valid, [eng.bias.ready for eng in engines])
+        b_rps = [b_mem[e].read_port() for e in range(E)]
+        for e, eng in enumerate(engines):
+            m.d.comb += [
+                b_rps[e].addr.eq((job_w * G + job_lh) * TN + bf_tn),
+                b_rps[e].en.eq(b_adv),
+                eng.bias.valid.eq(bias_valids[e]),
+            ]
+            for c in range(C):
+                m.d.comb += eng.bias.payload[c].eq(
+                    b_rps[e].data[cfg.bias_bits * c:cfg.bias_bits * (c + 1)].as_signed())
+        with m.If(b_adv):
+            m.d.sync += bs1_valid.eq(bf_active)
+            with m.If(bf_active):
+                m.d.sync += bf_tn.eq(bf_tn + 1)
+                with m.If(bf_tn * C + C >= job_n):
+                    m.d.sync += [bf_tn.eq(0), bf_tm.eq(bf_tm + 1)]
+                    with m.If(bf_tm * R + R >= job_m):
+                        m.d.sync += bf_active.eq(0)
+        with m.If(job_go):
+            m.d.sync += [bf_active.eq(job_bias), bf_tm.eq(0), bf_tn.eq(0)]
+
+        # ------------------------------------------------------------ result writers
+        res_done = Signal(E)
+        with m.If(job_go):
+            m.d.sync += res_done.eq(0)
+        for e, eng in enumerate(engines):
+            res = eng.result
+            m.d.comb += res.ready.eq(1)
+            i = res.payload.row
+            tn = res.payload.col // C
+            head_ok = (job_lh * E + e) < cfg.heads
+            bytes_ = Cat(*[res.payload.data[c][:8] for c in range(C)])
+            scores = Cat(*[res.payload.data[c][:SB] for c in range(C)])
+            we = res.valid & head_ok
+            qw = [mm.write_port() for mm in q_mem[e]]
+            kw = [mm.write_port() for mm in k_mem[e]]
+            vw = v_mem[e].write_port()
+            sw = s_mem[e].write_port()
+            aw = [mm.write_port() for mm in a_mem[e]]
+            ow = o_mem[e].write_port()
+            for r in range(R):
+                m.d.comb += [qw[r].addr.eq(((i // R) * G + job_lh) * TN + tn),
+                             qw[r].data.eq(bytes_),
+                             qw[r].en.eq(we & (job_dst == D_Q) & (i % R == r)),
+                             aw[r].addr.eq(((i // R) * G + job_lh) * TN + tn),
+                             aw[r].data.eq(bytes_),
+                             aw[r].en.eq(we & (job_dst == D_ATTN) & (i % R == r))]
+            for c in range(C):
+                m.d.comb += [kw[c].addr.eq(((i // C) * G + job_lh) * TN + tn),
+                             kw[c].data.eq(bytes_),
+                             kw[c].en.eq(we & (job_dst == D_K) & (i % C == c))]
+            m.d.comb += [
+                vw.addr.eq((i * G + job_lh) * TN + tn), vw.data.eq(bytes_),
+                vw.en.eq(we & (job_dst == D_V)),
+                sw.addr.eq(i * TNk + tn), sw.data.eq(scores),
+                sw.en.eq(we & (job_dst == D_S)),
+                ow.addr.eq((i * G + job_lh) * TN + tn), ow.data.eq(bytes_),
+                ow.en.eq(we & (job_dst == D_OUT)),
+            ]
+            with m.If(res.valid & res.payload.last):
+                m.d.sync += res_done[e].eq(1)
+
+        # ------------------------------------------------------------ softmax feed
+        sf_active = Signal()
+        sf_i = Signal(range(SEQ + 1))
+        sf_b = Signal(range(KB + 1))
+        sf_nb = Signal(range(KB + 1))
+        ss1_valid = Signal()
+        ss1_row = Signal(lb)
+        ss1_last = Signal()
+        ss1_sel = Signal(range(max(2, C // L)))
+        sm_valids, s_adv = fork(m, "sm", ss1_valid, [sm.scores.ready for sm in softmaxes])
+        sf_last = sf_b + 1 >= sf_nb
+        s_rps = [s_mem[e].read_port() for e in range(E)]
+        for e, sm in enumerate(softmaxes):
+            m.d.comb += [
+                s_rps[e].addr.eq(sf_i * TNk + (sf_b * L) // C),
+                s_rps[e].en.eq(s_adv),
+                sm.scores.valid.eq(sm_valids[e]),
+                sm.scores.payload.row.eq(ss1_row),
+                sm.scores.payload.last.eq(ss1_last),
+                sm.exp_mult.eq(exp_mult), sm.exp_shift.eq(exp_shift),
+                sm.causal.eq(causal), sm.kv_len.eq(keylen),
+            ]
+            with m.Switch(ss1_sel):
+                for g in range(C // L):
+                    with m.Case(g):
+                        for lane in range(L):
+                            w = (g * L + lane) * SB
+                            m.d.comb += sm.scores.payload.data[lane].eq(
+                                s_rps[e].data[w:w + SB].as_signed())
+        with m.If(s_adv):
+            m.d.sync += ss1_valid.eq(sf_active)
+            with m.If(sf_active):
+                m.d.sync += [ss1_row.eq(sf_i), ss1_last.eq(sf_last),
+                             ss1_sel.eq(((sf_b * L) % C) // L), sf_b.eq(sf_b + 1)]
+                with m.If(sf_last):
+                    m.d.sync += [sf_b.eq(0), sf_i.eq(sf_i + 1)]
+                    with m.If(sf_i + 1 >= seq):
+                        m.d.sync += sf_active.eq(0)
+
+        # Softmax results into P.
+        sm_rows_done = Signal(range(SEQ + 1))
+        for e, sm in enumerate(softmaxes):
+            pr = sm.probs
+            m.d.comb += pr.ready.eq(1)
+            pw_b = Signal(range(KB + 1), name=f"pw_b{e}")
+            pw = [mm.write_port() for mm in p_mem[e]]
+            i = pr.payload.row
+            for r in range(R):
+                m.d.comb += [pw[r].addr.eq((i // R) * KB + pw_b),
+                             pw[r].data.eq(Cat(*[pr.payload.data[lane] for lane in range(L)])),
+                             pw[r].en.eq(pr.valid & (i % R == r))]
+            with m.If(pr.valid):
+                m.d.sync += pw_b.eq(Mux(pr.payload.last, 0, pw_b + 1))
+                if e == 0:
+                    with m.If(pr.payload.last):
+                        m.d.sync += sm_rows_done.eq(sm_rows_done + 1)
+
+        # ------------------------------------------------------------ input loader
+        ld_i = Signal(range(max(SEQ, KV) + 1))
+        ld_w = Signal(range(D4 + 1))
+        ld_rows = Signal(lb)
+        ld_kv = Signal()
+        x_wp = [mm.write_port() for mm in x_mem]
+        kv_wp = [mm.write_port() for mm in kv_mem] if cfg.cross_attention else None
+        ld_beat = self.x_in.valid & self.x_in.ready
+        ld_final = (ld_w + 1 == D4) & (ld_i + 1 == ld_rows)
+        for r in range(R):
+            m.d.comb += [x_wp[r].addr.eq((ld_i // R) * D4 + ld_w),
+                         x_wp[r].data.eq(self.x_in.payload.data),
+                         x_wp[r].en.eq(ld_beat & ~ld_kv & (ld_i % R == r))]
+            if kv_wp:
+                m.d.comb += [kv_wp[r].addr.eq((ld_i // R) * D4 + ld_w),
+                             kv_wp[r].data.eq(self.x_in.payload.data),
+                             kv_wp[r].en.eq(ld_beat & ld_kv & (ld_i % R == r))]
+
+        # ------------------------------------------------------------ output streamer
+        o_i = Signal(range(SEQ + 1))
+        o_col = Signal(range(d + 1))
+        o_k = Signal(2)
+        o_issue = Signal()
+        cap_valid = Signal()
+        cap_k = Signal(2)
+        cap_e = Signal(range(E))
+        cap_c = Signal(range(C))
+        beat = Signal(32)
+        beat_valid = Signal()
+        beat_last = Signal()
+        o_rps = [o_mem[e].read_port() for e in range(E)]
+        oh = o_col // dk
+        och = o_col % dk
+        for e in range(E):
+            m.d.comb += [o_rps[e].addr.eq((o_i * G + oh // E) * TN + och // C),
+                         o_rps[e].en.eq(o_issue)]
+        o_byte = Signal(8)
+        with m.Switch(cap_e):
+            for e in range(E):
+                with m.Case(e):
+                    m.d.comb += o_byte.eq(byte_of(o_rps[e].data, cap_c, C))
+        m.d.comb += [self.y_out.valid.eq(beat_valid),
+                     self.y_out.payload.data.eq(beat),
+                     self.y_out.payload.last.eq(beat_last)]
+        o_hold = Signal()
+        m.d.sync += cap_valid.eq(o_issue)
+        with m.If(o_issue):
+            m.d.sync += [cap_k.eq(o_k), cap_e.eq(oh % E), cap_c.eq(och % C),
+                         o_k.eq(o_k + 1), o_col.eq(o_col + 1)]
+            with m.If(o_k == 3):
+                m.d.sync += o_hold.eq(1)
+            with m.If(o_col + 1 == d):
+                m.d.sync += [o_col.eq(0), o_i.eq(o_i + 1)]
+        with m.If(cap_valid):
+            with m.Switch(cap_k):
+                for k in range(4):
+                    with m.Case(k):
+                        m.d.sync += beat[8 * k:8 * k + 8].eq(o_byte)
+            with m.If(cap_k == 3):
+                m.d.sync += [beat_valid.eq(1),
+                             beat_last.eq((o_i == seq) & (o_col == 0))]
+        with m.If(self.y_out.valid & self.y_out.ready):
+            m.d.sync += [beat_valid.eq(0), o_hold.eq(0)]
+
+        # ------------------------------------------------------------ counters
+        running = Signal()
+        with m.If(running):
+            m.d.sync += self.cycles.eq(self.cycles + 1)
+        with m.If(running & op_valids[0] & engines[0].a.ready):
+            m.d.sync += self.busy_cycles.eq(self.busy_cycles + 1)
+        m.d.comb += self.busy.eq(running)
+
+        # ------------------------------------------------------------ sequencer
+        g = Signal(range(G + 1))
+        pj = Signal(2)   # projection: 0 = Q, 1 = K, 2 = V
+
+        def launch(a, b, w, bias, rqsel, dst, mm_, nn, kk_):
+            m.d.sync += [job_a.eq(a), job_b.eq(b), job_w.eq(w), job_bias.eq(bias),
+                         job_rq.eq(rqsel), job_dst.eq(dst), job_m.eq(mm_), job_n.eq(nn),
+                         job_k.eq(kk_), job_lh.eq(g)]
+
+        job_done = Signal()
+        m.d.comb += job_done.eq((res_done == (1 << E) - 1) & ~f_active & ~s1_valid
+                                & ~bf_active & ~bs1_valid & (cmd_pending == 0))
+
+        with m.FSM(name="seq"):
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    m.d.sync += [
+                        seq.eq(self.seq_len),
+                        kvrows.eq(Mux(self.cross, self.kv_len, self.seq_len)),
+                        keylen.eq(Mux(self.key_len == 0,
+                                      Mux(self.cross, self.kv_len, self.seq_len),
+                                      self.key_len)),
+                        causal.eq(self.causal), cross.eq(self.cross),
+                        exp_mult.eq(self.exp_mult), exp_shift.eq(self.exp_shift),
+                        self.cycles.eq(0), self.busy_cycles.eq(0), running.eq(1),
+                        ld_i.eq(0), ld_w.eq(0), ld_rows.eq(self.seq_len), ld_kv.eq(0),
+                        g.eq(0), pj.eq(0),
+                    ]
+                    for n in rq:
+                        m.d.sync += [rq[n][0].eq(getattr(self, f"rq_{n}_mult")),
+                                     rq[n][1].eq(getattr(self, f"rq_{n}_shift"))]
+                    m.next = "LOAD"
+            with m.State("LOAD"):
+                m.d.comb += self.x_in.ready.eq(1)
+                with m.If(ld_beat):
+                    m.d.sync += ld_w.eq(ld_w + 1)
+                    with m.If(ld_w + 1 == D4):
+                        m.d.sync += [ld_w.eq(0), ld_i.eq(ld_i + 1)]
+                    with m.If(self.x_in.payload.last & ~ld_final):
+                        m.d.comb += [self.error.eq(1),
+                                     self.error_cause.eq(1 << ERROR_CAUSES["STREAM_SHORT"])]
+                        m.d.sync += running.eq(0)
+                        m.next = "IDLE"
+                    with m.Elif(ld_final & ~self.x_in.payload.last):
+                        m.d.comb += [self.error.eq(1),
+                                     self.error_cause.eq(1 << ERROR_CAUSES["STREAM_LONG"])]
+                        m.d.sync += running.eq(0)
+                        m.next = "DRAIN"
+                    with m.Elif(ld_final & cross & ~ld_kv):
+                        m.d.sync += [ld_kv.eq(1), ld_i.eq(0), ld_w.eq(0), ld_rows.eq(kvrows)]
+                    with m.Elif(ld_final):
+                        m.next = "PROJ"
+                        m.d.sync += job_go.eq(1)
+                        launch(A_X, B_W, 0, 1, RQ_Q, D_Q, seq, dk, d)
+            with m.State("DRAIN"):
+                # A stream that ran long: discard words up to its last one, not busy.
+                m.d.comb += self.x_in.ready.eq(1)
+                with m.If((ld_beat & self.x_in.payload.last) | self.start):
+                    m.next = "IDLE"
+            with m.State("PROJ"):
+                with m.If(job_done & ~job_go):
+                    with m.If(pj == 2):
+                        with m.If(g + 1 == G):
+                            m.d.sync += [g.eq(0), job_lh.eq(0), pj.eq(0), job_go.eq(1)]
+                            m.d.sync += [job_a.eq(A_Q), job_b.eq(B_K), job_bias.eq(0),
+                                         job_rq.eq(RQ_NONE), job_dst.eq(D_S), job_m.eq(seq),
+                                         job_n.eq(kvrows), job_k.eq(dk)]
+                            m.next = "SCORES"
+                        with m.Else():
+                            m.d.sync += [g.eq(g + 1), job_lh.eq(g + 1), pj.eq(0), job_go.eq(1),
+                                         job_a.eq(A_X), job_w.eq(0), job_rq.eq(RQ_Q),
+                                         job_dst.eq(D_Q), job_m.eq(seq)]
+                    with m.Else():
+                        m.d.sync += [pj.eq(pj + 1), job_go.eq(1),
+                                     job_a.eq(Mux(cross, A_KV, A_X)), job_m.eq(kvrows),
+                                     job_w.eq(pj + 1),
+                                     job_rq.eq(Mux(pj == 0, RQ_K, RQ_V)),
+                                     job_dst.eq(Mux(pj == 0, D_K, D_V))]
+            with m.State("SCORES"):
+                with m.If(job_done & ~job_go):
+                    m.d.sync += [sf_active.eq(1), sf_i.eq(0), sf_b.eq(0),
+                                 sf_nb.eq((kvrows + L - 1) // L), sm_rows_done.eq(0)]
+                    m.next = "SOFTMAX"
+            with m.State("SOFTMAX"):
+                with m.If(~sf_active & (sm_rows_done == seq)):
+                    m.d.sync += [job_go.eq(1), job_a.eq(A_P), job_b.eq(B_V), job_bias.eq(0),
+                                 job_rq.eq(RQ_PV), job_dst.eq(D_ATTN), job_m.eq(seq),
+                                 job_n.eq(dk), job_k.eq(kvrows)]
+                    m.next = "PV"
+            with m.State("PV"):
+                with m.If(job_done & ~job_go):
+                    with m.If(g + 1 == G):
+                        m.d.sync += [g.eq(0), job_lh.eq(0), job_go.eq(1),
+                                     job_a.eq(A_ATTN), job_b.eq(B_W), job_w.eq(3),
+                                     job_bias.eq(1), job_rq.eq(RQ_O), job_dst.eq(D_OUT),
+                                     job_m.eq(seq), job_n.eq(dk), job_k.eq(d)]
+                        m.next = "OPROJ"
+                    with m.Else():
+                        m.d.sync += [g.eq(g + 1), job_lh.eq(g + 1), job_go.eq(1),
+                                     job_a.eq(A_Q), job_b.eq(B_K), job_bias.eq(0),
+                                     job_rq.eq(RQ_NONE), job_dst.eq(D_S), job_m.eq(seq),
+                                     job_n.eq(kvrows), job_k.eq(dk)]
+                        m.next = "SCORES"
+            with m.State("OPROJ"):
+                with m.If(job_done & ~job_go):
+                    with m.If(g + 1 == G):
+                        m.d.sync += [o_i.eq(0), o_col.eq(0), o_k.eq(0), o_hold.eq(0)]
+                        m.next = "STREAM"
+                    with m.Else():
+                        m.d.sync += [g.eq(g + 1), job_lh.eq(g + 1), job_go.eq(1)]
+            with m.State("STREAM"):
+                # Issue four byte reads per word, then hold until the word has been taken.
+                m.d.comb += o_issue.eq(~o_hold & (o_i < seq))
+                with m.If(self.y_out.valid & self.y_out.ready & beat_last):
+                    m.d.comb += self.done.eq(1)
+                    m.d.sync += running.eq(0)
+                    m.next = "IDLE"
+        with m.If(job_go):
+            m.d.sync += job_go.eq(0)
+        return m

@@ -1,0 +1,156 @@
+"""Amaranth-simulator tests of AttentionCore: whole layers against the golden model."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from amaranth.sim import Simulator
+
+import golden as g
+from hw.attention_core import AttentionCore, ERROR_CAUSES
+from hw.regmap import build_regmap, pack_window
+from sim.axis import pack_rows, unpack_words
+from sim.layers import make_case
+
+TINY = g.load_config("configs/tiny.toml")
+
+
+def run_core(cfg, layer, runs, *, idle=0.0, backpressure=0.0, seed=0, max_cycles=200_000):
+    """Simulate ``runs`` (list of dicts: x, kv, causal, key_len, and optional 'words' to send
+    instead of the packed input) on one core after loading ``layer``; returns a list of
+    (output words, error_cause or None, cycles)."""
+    core = AttentionCore(cfg)
+    rmap = build_regmap(cfg)
+    window = pack_window(rmap, layer)
+    rng = random.Random(seed)
+    results = []
+
+    async def tb(ctx):
+        for addr, word in enumerate(window):
+            ctx.set(core.wwin_en, 1)
+            ctx.set(core.wwin_addr, addr)
+            ctx.set(core.wwin_data, word)
+            ctx.set(core.wwin_strb, 0xF)
+            await ctx.tick()
+        ctx.set(core.wwin_en, 0)
+        for n in ("q", "k", "v", "pv", "o"):
+            rq = getattr(layer, f"rq_{n}")
+            ctx.set(getattr(core, f"rq_{n}_mult"), rq.mult)
+            ctx.set(getattr(core, f"rq_{n}_shift"), rq.shift)
+        ctx.set(core.exp_mult, layer.exp_mult)
+        ctx.set(core.exp_shift, layer.exp_shift)
+        for run in runs:
+            x, kv = run["x"], run.get("kv")
+            ctx.set(core.seq_len, len(x))
+            ctx.set(core.kv_len, len(kv) if kv is not None else 0)
+            ctx.set(core.key_len, run.get("key_len") or 0)
+            ctx.set(core.causal, int(run.get("causal", False)))
+            ctx.set(core.cross, int(kv is not None))
+            ctx.set(core.start, 1)
+            await ctx.tick()
+            ctx.set(core.start, 0)
+            words = run.get("words")
+            if words is None:
+                words = pack_rows(x) + (pack_rows(kv) if kv is not None else [])
+            lasts = run.get("lasts")
+            if lasts is None:
+                n_x = len(x) * cfg.d_model // 4
+                lasts = {n_x - 1, len(words) - 1}
+            out, err, cycles = [], None, 0
+            i = 0
+            while cycles < max_cycles:
+                if i < len(words) and rng.random() >= idle:
+                    ctx.set(core.x_in.valid, 1)
+                    ctx.set(core.x_in.payload.data, words[i])
+                    ctx.set(core.x_in.payload.last, int(i in lasts))
+                else:
+                    ctx.set(core.x_in.valid, 0)
+                ready = rng.random() >= backpressure
+                ctx.set(core.y_out.ready, int(ready))
+                await ctx.delay(1e-9)
+                took = ctx.get(core.x_in.valid) and ctx.get(core.x_in.ready)
+                if ready and ctx.get(core.y_out.valid):
+                    out.append(ctx.get(core.y_out.payload.data))
+                if ctx.get(core.error):
+                    err = ctx.get(core.error_cause)
+                done = ctx.get(core.done)
+                await ctx.tick()
+                cycles += 1
+                if took:
+                    i += 1
+                if done or err is not None:
+                    break
+            ctx.set(core.x_in.valid, 0)
+            if err is not None:
+                # What a stream that ran long leaves behind is drained by the core.
+                while i < len(words):
+                    ctx.set(core.x_in.valid, 1)
+                    ctx.set(core.x_in.payload.data, words[i])
+                    ctx.set(core.x_in.payload.last, int(i in lasts))
+                    await ctx.delay(1e-9)
+                    took = ctx.get(core.x_in.ready)
+                    await ctx.tick()
+                    if not took:
+                        break
+                    i += 1
+                ctx.set(core.x_in.valid, 0)
+                for _ in range(3):
+                    await ctx.tick()
+            results.append((out, err, cycles))
+
+    sim = Simulator(core)
+    sim.add_clock(1e-8)
+    sim.add_testbench(tb)
+    sim.run()
+    return results
+
+
+def check_outputs(cfg, layer, run, words):
+    want = g.attention_int(cfg, layer, run["x"], run.get("kv"), causal=run.get("causal", False),
+                           kv_len=run.get("key_len"))
+    got = np.array(unpack_words(words, cfg.d_model))
+    assert got.shape == want.shape, (got.shape, want.shape)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("engines", [1, 2])
+def test_layer_matches_golden(engines):
+    cfg = TINY.replace(engines=engines)
+    layer, runs = make_case(cfg, seed=engines, specs=[
+        dict(seq=cfg.max_seq_len), dict(seq=1), dict(seq=5, causal=True),
+        dict(seq=7, key_len=3),
+    ])
+    results = run_core(cfg, layer, runs)
+    for run, (words, err, _) in zip(runs, results):
+        assert err is None
+        check_outputs(cfg, layer, run, words)
+
+
+def test_cross_attention_and_stalls():
+    cfg = TINY.replace(array_rows=2, array_cols=4, softmax_lanes=2)
+    layer, runs = make_case(cfg, seed=7, specs=[
+        dict(seq=3, kv=8), dict(seq=8, kv=5, causal=True, key_len=4), dict(seq=6),
+    ])
+    results = run_core(cfg, layer, runs, idle=0.3, backpressure=0.4, seed=3)
+    for run, (words, err, _) in zip(runs, results):
+        assert err is None
+        check_outputs(cfg, layer, run, words)
+
+
+def test_stream_errors_then_recovery():
+    cfg = TINY
+    layer, runs = make_case(cfg, seed=11, specs=[dict(seq=4), dict(seq=4)])
+    good = runs[0]
+    n = 4 * cfg.d_model // 4
+    words = pack_rows(good["x"])
+    short = dict(good, words=words[:n - 2], lasts={n - 3})
+    long_ = dict(good, words=words + words[:3], lasts={n + 2})
+    results = run_core(cfg, layer, [short, good, long_, runs[1]])
+    assert results[0][1] == 1 << ERROR_CAUSES["STREAM_SHORT"]
+    assert results[1][1] is None
+    check_outputs(cfg, layer, good, results[1][0])
+    assert results[2][1] == 1 << ERROR_CAUSES["STREAM_LONG"]
+    assert results[3][1] is None
+    check_outputs(cfg, layer, runs[1], results[3][0])
