@@ -35,17 +35,35 @@ def dequantize(t, scale: float) -> np.ndarray:
     return np.asarray(t, dtype=np.float64) * scale
 
 
-def quantize_layer(cfg: AttentionConfig, layer: FloatLayer, calib_x, calib_kv=None) -> QuantizedLayer:
-    """Quantize ``layer`` for ``cfg`` using calibration activations ``calib_x`` (rows of
-    d_model floats; several sequences may be stacked) and, for cross-attention, ``calib_kv``.
+def quantize_layer(cfg: AttentionConfig, layer: FloatLayer, calib_x, calib_kv=None, *,
+                   causal: bool = False, kv_len=None) -> QuantizedLayer:
+    """Quantize ``layer`` for ``cfg`` using calibration activations ``calib_x`` and, for
+    cross-attention, ``calib_kv``.
 
-    The intermediate scales come from an unmasked float run on the calibration rows; ``scales``
-    in the result records all of them.
+    ``calib_x`` is one sequence (seq_len, d_model) or several, (sequences, seq_len, d_model);
+    ``calib_kv`` likewise, with the same number of sequences. Each sequence runs through the
+    float reference on its own (stacking sequences into one would let every row attend over
+    all of them and shrink the attention output's range), with the mask the layer will run
+    with: ``causal``, and ``kv_len`` (an int, or one per sequence) for key padding. The
+    intermediate scales are the maxima over all sequences; ``scales`` in the result records
+    all of them.
     """
     A, Wb, M = cfg.act_bits, cfg.weight_bits, cfg.requant_mult_bits
     x = np.asarray(calib_x, dtype=np.float64)
+    if x.ndim == 2:
+        x = x[None]
     kv = x if calib_kv is None else np.asarray(calib_kv, dtype=np.float64)
-    out, mid = attention_float(cfg, layer, x, kv, return_intermediates=True)
+    if kv.ndim == 2:
+        kv = kv[None]
+    if x.ndim != 3 or kv.ndim != 3 or kv.shape[0] != x.shape[0]:
+        raise ValueError(f"calib_x {x.shape} and calib_kv {kv.shape} must be (seq_len, "
+                         f"d_model) or (sequences, rows, d_model) with equal sequences")
+    lens = np.broadcast_to(np.asarray(kv_len if kv_len is not None else kv.shape[1]),
+                           (x.shape[0],))
+    runs = [attention_float(cfg, layer, xs, kvs, causal=causal, kv_len=int(n),
+                            return_intermediates=True) for xs, kvs, n in zip(x, kv, lens)]
+    out = np.stack([r[0] for r in runs])
+    mid = {n: np.stack([r[1][n] for r in runs]) for n in ("q", "k", "v", "attn")}
 
     s = {"x": symmetric_scale(x, A), "kv": symmetric_scale(kv, A)}
     if calib_kv is None:
