@@ -83,10 +83,10 @@ class Requant:
             raise ValueError(
                 f"{what} = {m:.6g} is too large to requantize: allowed < "
                 f"{2.0 ** (mult_bits - 1):.6g} with requant_mult_bits = {mult_bits}")
-        while shift > 62 and mult > 1:
-            mult = (mult + 1) >> 1
-            shift -= 1
-        shift = min(shift, 62)
+        if shift > 62:
+            # Round once at shift 62 (halving the rounded mult repeatedly double-rounds).
+            mult = max(1, int(np.floor(m * 2.0 ** 62 + 0.5)))
+            shift = 62
         return cls(mult, shift)
 
     def to_dict(self) -> dict:

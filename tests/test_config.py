@@ -1,0 +1,100 @@
+"""AttentionConfig validation, loading and round trips."""
+
+from pathlib import Path
+
+import pytest
+
+from golden.config import AttentionConfig, ConfigError, config_from_dict, load_config
+
+REPO = Path(__file__).resolve().parent.parent
+SHIPPED = sorted((REPO / "configs").glob("*.toml"))
+
+
+def test_three_shipped_configs():
+    assert {p.stem for p in SHIPPED} >= {"tiny", "default", "bert-base"}
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
+def test_shipped_config_loads_and_round_trips(path):
+    cfg = load_config(path)
+    assert cfg.name == path.stem
+    assert cfg.d_model == cfg.heads * cfg.head_dim
+    again = config_from_dict(__import__("tomllib").loads(cfg.to_toml()))
+    assert again == cfg
+    # The JSON export's derived section is ignored on load.
+    assert config_from_dict(__import__("json").loads(cfg.to_json())) == cfg
+
+
+@pytest.mark.parametrize("changes, field", [
+    (dict(d_model=60, heads=4, head_dim=16), "d_model"),
+    (dict(d_model=0), "d_model"),
+    (dict(heads=0, d_model=0), "heads"),
+    (dict(head_dim=0), "head_dim"),
+    (dict(max_seq_len=0, max_kv_len=0), "max_seq_len"),
+    (dict(max_kv_len=0), "max_kv_len"),
+    (dict(max_kv_len=16, cross_attention=False), "max_kv_len"),
+    (dict(act_bits=1), "act_bits"),
+    (dict(prob_bits=0), "prob_bits"),
+    (dict(acc_bits=20), "acc_bits"),            # 64 * 128 * 128 needs 21 bits + sign
+    (dict(bias_bits=40), "bias_bits"),
+    (dict(requant_mult_bits=32), "requant_mult_bits"),
+    (dict(array_rows=64), "array_rows"),        # larger than the longest sequence (32)
+    (dict(array_cols=128, d_model=64), "array_cols"),
+    (dict(array_rows=1), "array_rows"),
+    (dict(engines=5), "engines"),               # more engines than heads
+    (dict(exp_table_size=12), "exp_table_size"),
+    (dict(exp_frac_bits=3), "exp_frac_bits"),   # fewer than log2(16) index bits
+    (dict(recip_bits=4), "recip_bits"),
+    (dict(softmax_lanes=0), "softmax_lanes"),
+    (dict(heads=4.0), "heads"),
+    (dict(act_bits="8"), "act_bits"),
+    (dict(act_bits=True), "act_bits"),
+    (dict(causal_mask=1), "causal_mask"),
+    (dict(name=""), "name"),
+])
+def test_invalid_config_names_field(changes, field):
+    with pytest.raises(ConfigError, match=field):
+        AttentionConfig(**changes)
+
+
+def test_accumulator_too_narrow_names_product_and_width():
+    with pytest.raises(ConfigError, match=r"acc_bits = 16 is too narrow.*projection"):
+        AttentionConfig(acc_bits=16, bias_bits=16, requant_mult_bits=16)
+
+
+def test_unknown_toml_key_and_section(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[model]\nd_model = 64\nhead = 4\n')
+    with pytest.raises(ConfigError, match=r"unknown key model\.head"):
+        load_config(bad)
+    bad.write_text('[modle]\nd_model = 64\n')
+    with pytest.raises(ConfigError, match="modle"):
+        load_config(bad)
+
+
+def test_wrong_type_in_toml(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[model]\nheads = "four"\n')
+    with pytest.raises(ConfigError, match=r"bad\.toml.*heads must be an integer"):
+        load_config(bad)
+    bad.write_text('[features]\ncausal_mask = "yes"\n')
+    with pytest.raises(ConfigError, match="causal_mask must be true or false"):
+        load_config(bad)
+
+
+def test_missing_and_malformed_file(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "absent.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[model\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(bad)
+
+
+def test_derived_widths_of_tiny():
+    cfg = load_config(REPO / "configs/tiny.toml")
+    # 8 products of two int8 reach 8 * 2^14 = 2^17: 18 magnitude bits + sign.
+    assert cfg.score_bits == 19
+    assert cfg.exp_bits == 8 + 3 + 3
+    assert cfg.sum_bits == cfg.exp_bits + 3 + 1
+    assert cfg.exp_interp_bits == cfg.exp_frac_bits - 4
