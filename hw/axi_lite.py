@@ -275,9 +275,13 @@ class AxiLiteRegs(wiring.Component):
                 m.d.sync += [self.wwin_en.eq(1), self.wwin_addr.eq(win_word),
                              self.wwin_data.eq(w_data), self.wwin_strb.eq(w_strb)]
 
+        def ones_written(f):
+            """Field ``f`` of the strobed write data: the bits a W1C write clears."""
+            return (w_data & byte_mask)[f.lsb:f.lsb + f.width]
+
         # START, checked against the mode bits written together with it.
         ctrl = rmap["CTRL"]
-        start_req = hit["CTRL"] & written(ctrl, ctrl.field("START"))
+        start_req = hit["CTRL"] & ones_written(ctrl.field("START"))
         causal_new = written(ctrl, ctrl.field("CAUSAL"))
         cross_new = written(ctrl, ctrl.field("CROSS"))
         seq_len, kv_len, key_len = self.seq_len, self.kv_len, self.key_len
@@ -306,11 +310,11 @@ class AxiLiteRegs(wiring.Component):
 
         # STATUS W1C bits; clearing ERROR clears every cause.
         status = rmap["STATUS"]
-        clear_done = hit["STATUS"] & written(status, status.field("DONE"))
-        with m.If(hit["STATUS"] & written(status, status.field("ERROR"))):
+        clear_done = hit["STATUS"] & ones_written(status.field("DONE"))
+        with m.If(hit["STATUS"] & ones_written(status.field("ERROR"))):
             m.d.comb += clear_causes.eq((1 << n_causes) - 1)
         with m.If(hit["ERROR_CAUSE"]):
-            m.d.comb += clear_causes.eq(w_data[:n_causes] & byte_mask[:n_causes])
+            m.d.comb += clear_causes.eq(Cat(*[ones_written(f) for f in rmap["ERROR_CAUSE"].fields]))
 
         # Sticky flags: a set in the same cycle as a clear wins, so no event is lost.
         wwb = Signal(n_causes)
@@ -322,7 +326,7 @@ class AxiLiteRegs(wiring.Component):
         commit = rmap["WEIGHTS_COMMIT"]
         with m.If(weights_dirty):
             m.d.sync += self.weights_valid.eq(0)
-        with m.Elif(hit["WEIGHTS_COMMIT"] & written(commit, commit.field("COMMIT"))):
+        with m.Elif(hit["WEIGHTS_COMMIT"] & ones_written(commit.field("COMMIT"))):
             m.d.sync += self.weights_valid.eq(1)
 
         m.d.comb += self.irq.eq(irq_en & (done | error))
