@@ -1,0 +1,165 @@
+"""Properties of the golden integer layer and the float reference."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from golden.accuracy import LAYER_BOUNDS, layer_accuracy
+from golden.attention import attention_int
+from golden.config import load_config
+from golden.quantize import quantize_layer, quantize_tensor
+from golden.reference import attention_float, random_float_layer
+from golden.vectors import random_run
+
+REPO = Path(__file__).resolve().parent.parent
+TINY = load_config(REPO / "configs/tiny.toml")
+DEFAULT = load_config(REPO / "configs/default.toml")
+
+
+@pytest.fixture(scope="module")
+def tiny_run():
+    layer, x, _ = random_run(TINY, seed=4)
+    return layer, x
+
+
+def test_permutation_equivariance_of_self_attention(tiny_run):
+    layer, x = tiny_run
+    rng = np.random.default_rng(0)
+    y = attention_int(TINY, layer, x)
+    for _ in range(5):
+        perm = rng.permutation(x.shape[0])
+        np.testing.assert_array_equal(attention_int(TINY, layer, x[perm]), y[perm])
+
+
+def test_causal_row_ignores_later_rows(tiny_run):
+    layer, x = tiny_run
+    y = attention_int(TINY, layer, x, causal=True)
+    rng = np.random.default_rng(1)
+    for i in range(x.shape[0]):
+        x2 = x.copy()
+        x2[i + 1:] = rng.integers(-128, 128, x2[i + 1:].shape)
+        np.testing.assert_array_equal(attention_int(TINY, layer, x2, causal=True)[:i + 1],
+                                      y[:i + 1])
+        # And a prefix run gives the same rows.
+        np.testing.assert_array_equal(attention_int(TINY, layer, x[:i + 1], causal=True),
+                                      y[:i + 1])
+    # The mask matters: without it, row 0 does depend on later rows.
+    assert not np.array_equal(attention_int(TINY, layer, x)[0], y[0])
+
+
+def test_key_padding_ignores_padded_rows():
+    layer, x, kv = random_run(TINY, seed=5, cross=True)
+    rng = np.random.default_rng(2)
+    for kv_len in (1, 3, 7):
+        y = attention_int(TINY, layer, x, kv, kv_len=kv_len)
+        kv2 = kv.copy()
+        kv2[kv_len:] = rng.integers(-128, 128, kv2[kv_len:].shape)
+        np.testing.assert_array_equal(attention_int(TINY, layer, x, kv2, kv_len=kv_len), y)
+        np.testing.assert_array_equal(attention_int(TINY, layer, x, kv[:kv_len]), y)
+    # Self-attention padding too.
+    y = attention_int(TINY, layer, x, kv_len=5)
+    tr = attention_int(TINY, layer, x, kv_len=5, trace=True)
+    assert np.all(tr.probs[:, :, 5:] == 0)
+    np.testing.assert_array_equal(tr.out, y)
+
+
+def test_cross_attention_with_kv_equal_x_is_self_attention(tiny_run):
+    layer, x = tiny_run
+    for kw in ({}, {"causal": True}, {"kv_len": 4}):
+        np.testing.assert_array_equal(attention_int(TINY, layer, x, x.copy(), **kw),
+                                      attention_int(TINY, layer, x, **kw))
+
+
+def test_run_argument_errors(tiny_run):
+    layer, x = tiny_run
+    with pytest.raises(ValueError, match="kv_len = 0"):
+        attention_int(TINY, layer, x, kv_len=0)
+    with pytest.raises(ValueError, match="seq_len = 9"):
+        attention_int(TINY, layer, np.zeros((9, 16), np.int64))
+    with pytest.raises(ValueError, match="outside -128..127"):
+        attention_int(TINY, layer, x + 200)
+    no_cross = TINY.replace(cross_attention=False)
+    with pytest.raises(ValueError, match="cross_attention is disabled"):
+        attention_int(no_cross, layer, x, x)
+
+
+def independent_mha(cfg, fl, x, kv, mask):
+    """Straightforward per-head, per-row loops (no shared code with golden.reference)."""
+    out = np.zeros((x.shape[0], cfg.d_model))
+    heads = []
+    for h in range(cfg.heads):
+        lo, hi = h * cfg.head_dim, (h + 1) * cfg.head_dim
+        head = np.zeros((x.shape[0], cfg.head_dim))
+        for i in range(x.shape[0]):
+            q = fl.wq[lo:hi] @ x[i] + fl.bq[lo:hi]
+            logits, values = [], []
+            for j in range(kv.shape[0]):
+                if mask[i, j]:
+                    k = fl.wk[lo:hi] @ kv[j] + fl.bk[lo:hi]
+                    logits.append(float(q @ k) / np.sqrt(cfg.head_dim))
+                    values.append(fl.wv[lo:hi] @ kv[j] + fl.bv[lo:hi])
+            if logits:
+                w = np.exp(np.array(logits) - max(logits))
+                head[i] = (w / w.sum()) @ np.array(values)
+        heads.append(head)
+    cat = np.concatenate(heads, axis=1)
+    for i in range(x.shape[0]):
+        out[i] = fl.wo @ cat[i] + fl.bo
+    return out
+
+
+@pytest.mark.parametrize("mode", ["plain", "causal", "padding", "cross"])
+def test_float_reference_matches_independent_implementation(mode):
+    cfg = TINY
+    rng = np.random.default_rng(7)
+    fl = random_float_layer(cfg, rng, bias_scale=0.3)
+    x = rng.normal(size=(6, cfg.d_model)) * 2
+    kv = rng.normal(size=(8, cfg.d_model)) * 2 if mode == "cross" else None
+    kw = {"causal": True} if mode == "causal" else {"kv_len": 3} if mode == "padding" else {}
+    keys = x if kv is None else kv
+    mask = np.zeros((6, keys.shape[0]), bool)
+    for i in range(6):
+        for j in range(keys.shape[0]):
+            mask[i, j] = (j <= i if mode == "causal" else True) and (
+                j < 3 if mode == "padding" else True)
+    np.testing.assert_allclose(attention_float(cfg, fl, x, kv, **kw),
+                               independent_mha(cfg, fl, x, keys, mask), rtol=1e-12, atol=1e-12)
+
+
+def test_float_row_without_valid_key_gives_output_bias():
+    # A query row with no valid key attends to nothing, as in hardware: its attention output
+    # is 0 and the layer output is the output bias (torch would give NaN).
+    cfg = TINY
+    rng = np.random.default_rng(8)
+    fl = random_float_layer(cfg, rng)
+    x = rng.normal(size=(3, cfg.d_model))
+    out, mid = attention_float(cfg, fl, x, kv_len=0, return_intermediates=True)
+    assert np.all(mid["attn"] == 0)
+    np.testing.assert_array_equal(out, np.broadcast_to(fl.bo, out.shape))
+
+
+def test_quantize_layer_calibrates_sequences_separately():
+    cfg = DEFAULT
+    rng = np.random.default_rng(9)
+    fl = random_float_layer(cfg, rng)
+    seqs = rng.normal(size=(4, 64, cfg.d_model))
+    per_seq = quantize_layer(cfg, fl, seqs)
+    attn_max = max(np.abs(attention_float(cfg, fl, s, return_intermediates=True)[1]["attn"])
+                   .max() for s in seqs)
+    assert per_seq.scales["attn"] == pytest.approx(attn_max / 127)
+    # 2-D input is one sequence.
+    one = quantize_layer(cfg, fl, seqs[0])
+    ref = np.abs(attention_float(cfg, fl, seqs[0], return_intermediates=True)[1]["attn"]).max()
+    assert one.scales["attn"] == pytest.approx(ref / 127)
+    with pytest.raises(ValueError, match="equal sequences"):
+        quantize_layer(cfg, fl, seqs, seqs[:2])
+
+
+@pytest.mark.parametrize("cfg, seqs, calib", [(TINY, 16, 64), (DEFAULT, 4, 32)],
+                         ids=["tiny", "default"])
+def test_quantized_layer_within_documented_bound(cfg, seqs, calib):
+    r = layer_accuracy(cfg, seed=3, sequences=seqs, calib_sequences=calib)
+    b = LAYER_BOUNDS[cfg.name]
+    assert r["layer_cosine_min"] >= b["cosine_min"], r["modes"]
+    assert r["layer_rel_err"] <= b["rel_err_max"], r["modes"]
