@@ -367,8 +367,8 @@ def run(out_dir: Path, rows_per_case: int = 400, seed: int = 0,
     t_sm = time.perf_counter() - t0
     ov = sm["overall"]
     _plot_histogram(errors, out_dir / "softmax_error.png",
-                    f"softmax error, {ov['outputs']} unsaturated+saturated outputs, "
-                    f"{ov['rows']} rows")
+                    f"softmax error: {errors.size} unsaturated outputs, {ov['rows']} rows, "
+                    f"{len(cfgs)} configs")
     # (test sequences per mode, seq_len, calibration sequences); bert-base kept short.
     layer_sequences = layer_sequences or {"tiny": (32, None, 64), "default": (8, None, 32),
                                           "bert-base": (2, 32, 8)}
