@@ -314,3 +314,10 @@ def test_unit_cycles_match_model(cfg):
 def test_unit_rejects_bad_config():
     with pytest.raises(TypeError, match="AttentionConfig"):
         SoftmaxUnit("configs/tiny.toml")
+
+
+@pytest.mark.parametrize("cfg", [TINY, WIDE, DEFAULT], ids=["tiny", "lanes2", "default"])
+def test_verilog_lint_clean(cfg):
+    from sim.lint_softmax import lint_softmax
+    issues, report = lint_softmax(cfg, name=f"test_{cfg.name}_{cfg.softmax_lanes}")
+    assert issues == [], f"verilator -Wall beyond the waivers (report {report}): {issues[:5]}"
