@@ -1,0 +1,138 @@
+"""The AXI4-Lite register block's specification as plain Python, shared by the unit and cocotb tests.
+
+Offsets and bits are written out from the register table of the task (not read from
+``hw/regmap.py``), so the tests check the map as well as the hardware. ``SpecModel`` applies
+reads, writes and engine events the way the specification describes them.
+"""
+
+from __future__ import annotations
+
+OKAY, SLVERR = 0, 2
+
+# Offsets and bits exactly as the task's register table gives them.
+ID, VERSION, CTRL, STATUS, CAUSE = 0x000, 0x004, 0x008, 0x00C, 0x010
+SEQ_LEN, KV_LEN, KEY_LEN, CYCLES, BUSY_CYCLES = 0x014, 0x018, 0x01C, 0x020, 0x024
+CONFIG0, CONFIG1, CONFIG2, COMMIT = 0x028, 0x02C, 0x030, 0x080
+PARAMS = {0x040 + 4 * i: n for i, n in enumerate(
+    ["rq_q_mult", "rq_q_shift", "rq_k_mult", "rq_k_shift", "rq_v_mult", "rq_v_shift",
+     "rq_pv_mult", "rq_pv_shift", "rq_o_mult", "rq_o_shift", "exp_mult", "exp_shift"])}
+START, CAUSAL, CROSS, IRQ_EN = 1, 2, 4, 8
+BUSY, DONE, ERROR, WEIGHTS_VALID = 1, 2, 4, 8
+(BAD_SEQ_LEN, BAD_KV_LEN, BAD_KEY_LEN, START_WHILE_BUSY, NO_WEIGHTS, STREAM_SHORT,
+ STREAM_LONG, WRITE_WHILE_BUSY, BAD_CROSS, BAD_CAUSAL) = (1 << i for i in range(10))
+
+
+class SpecModel:
+    """The register block's specification in plain Python (engine inputs set by the test)."""
+
+    def __init__(self, cfg, rmap):
+        self.cfg = cfg
+        self.base, self.words = rmap.window_base, rmap.window_words
+        self.mask = {SEQ_LEN: 0xFFFF, KV_LEN: 0xFFFF, KEY_LEN: 0xFFFF}
+        for off, name in PARAMS.items():
+            bits = (cfg.requant_mult_bits if name.startswith("rq") else cfg.exp_mult_bits) \
+                if name.endswith("mult") else 6
+            self.mask[off] = (1 << bits) - 1
+        self.rw = {off: 0 for off in self.mask}
+        self.rw[SEQ_LEN], self.rw[KV_LEN] = cfg.max_seq_len, cfg.max_kv_len
+        self.ctrl = 0            # CAUSAL | CROSS | IRQ_EN
+        self.done = self.causes = self.weights_valid = 0
+        self.busy = self.cycles = self.busy_cycles = 0
+        self.starts = []         # one entry per start strobe
+        self.wwin = []           # (word, data, strb) per window write
+
+    @property
+    def irq(self):
+        return int(bool(self.ctrl & IRQ_EN) and bool(self.done or self.causes))
+
+    def ports(self):
+        p = {"seq_len": self.rw[SEQ_LEN], "kv_len": self.rw[KV_LEN], "key_len": self.rw[KEY_LEN],
+             "causal": int(bool(self.ctrl & CAUSAL)), "cross": int(bool(self.ctrl & CROSS)),
+             "weights_valid": self.weights_valid, "irq": self.irq}
+        p.update({name: self.rw[off] for off, name in PARAMS.items()})
+        return p
+
+    def read(self, addr):
+        a = addr & ~3
+        c = self.cfg
+        values = {
+            ID: 0x4154544E, VERSION: 0x00010000, CTRL: self.ctrl,
+            STATUS: self.busy | DONE * self.done | ERROR * bool(self.causes)
+            | WEIGHTS_VALID * self.weights_valid,
+            CAUSE: self.causes, CYCLES: self.cycles, BUSY_CYCLES: self.busy_cycles,
+            CONFIG0: c.d_model | c.heads << 16 | c.engines << 24,
+            CONFIG1: c.max_seq_len | c.max_kv_len << 16,
+            CONFIG2: c.array_rows | c.array_cols << 8 | c.causal_mask << 16
+            | c.cross_attention << 17,
+            COMMIT: 0, **self.rw}
+        return (values[a], OKAY) if a in values else (0, SLVERR)
+
+    def write(self, addr, data, strb):
+        a = addr & ~3
+        bm = sum(0xFF << 8 * i for i in range(4) if strb >> i & 1)
+        new = data & bm
+        if a >= self.base:
+            word = (a - self.base) // 4
+            if word >= self.words:
+                return SLVERR
+            if self.busy:
+                self.causes |= WRITE_WHILE_BUSY
+            else:
+                self.weights_valid = 0
+                self.wwin.append((word, data, strb))
+        elif a == CTRL:
+            v = (self.ctrl & ~bm) | new
+            keep = CAUSAL | CROSS if self.busy else 0
+            self.ctrl = (self.ctrl & keep) | (v & (IRQ_EN | (CAUSAL | CROSS) & ~keep))
+            if v & START:
+                self._start(v)
+        elif a == STATUS:
+            if new & DONE:
+                self.done = 0
+            if new & ERROR:
+                self.causes = 0
+        elif a == CAUSE:
+            self.causes &= ~new
+        elif a in self.rw:
+            if self.busy:
+                self.causes |= WRITE_WHILE_BUSY
+            else:
+                self.rw[a] = ((self.rw[a] & ~bm) | new) & self.mask[a]
+                if a in PARAMS:
+                    self.weights_valid = 0
+        elif a == COMMIT:
+            if new & 1:
+                self.weights_valid = 1
+        elif a not in (ID, VERSION, CYCLES, BUSY_CYCLES, CONFIG0, CONFIG1, CONFIG2):
+            return SLVERR
+        return OKAY
+
+    def _start(self, ctrl):
+        if self.busy:
+            self.causes |= START_WHILE_BUSY
+            return
+        c, cross = self.cfg, bool(ctrl & CROSS)
+        seq, kv, key = self.rw[SEQ_LEN], self.rw[KV_LEN], self.rw[KEY_LEN]
+        bad = 0
+        seq_ok = 1 <= seq <= c.max_seq_len
+        kv_ok = 1 <= kv <= c.max_kv_len
+        if not seq_ok:
+            bad |= BAD_SEQ_LEN
+        if cross and not kv_ok:
+            bad |= BAD_KV_LEN
+        rows, rows_ok = (kv, kv_ok) if cross else (seq, seq_ok)
+        if rows_ok and key > rows:
+            bad |= BAD_KEY_LEN
+        if not self.weights_valid:
+            bad |= NO_WEIGHTS
+        if cross and not c.cross_attention:
+            bad |= BAD_CROSS
+        if ctrl & CAUSAL and not c.causal_mask:
+            bad |= BAD_CAUSAL
+        if bad:
+            self.causes |= bad
+        else:
+            self.starts.append(ctrl & (CAUSAL | CROSS))
+
+    def engine_error(self, cause):
+        self.causes |= cause
