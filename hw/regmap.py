@@ -277,13 +277,13 @@ def _requant_registers(cfg: AttentionConfig) -> list[Register]:
                 ("MULT", cfg.requant_mult_bits, f"requantization multiplier of the {what}"),
                 ("SHIFT", SHIFT_BITS, f"requantization right shift of the {what} (1..62)")):
             port = f"{attr}_{part.lower()}"
-            regs.append(Register(f"RQ_{tag}_{part}", offset, desc.capitalize() + ".", (
+            regs.append(Register(f"RQ_{tag}_{part}", offset, desc[0].upper() + desc[1:] + ".", (
                 Field(part, 0, width, Access.RW, desc, port=port, guard=Guard.LAYER),)))
             offset += 4
     for part, width, desc in (
             ("MULT", cfg.exp_mult_bits, "score-to-exponent multiplier of the softmax"),
             ("SHIFT", SHIFT_BITS, "score-to-exponent right shift of the softmax (1..62)")):
-        regs.append(Register(f"EXP_{part}", offset, desc.capitalize() + ".", (
+        regs.append(Register(f"EXP_{part}", offset, desc[0].upper() + desc[1:] + ".", (
             Field(part, 0, width, Access.RW, desc, port=f"exp_{part.lower()}",
                   guard=Guard.LAYER),)))
         offset += 4
@@ -556,6 +556,16 @@ def regmap_markdown(cfg: AttentionConfig) -> str:
         "`KEY_LEN`, `WEIGHTS_VALID`, and the mode bits against the configuration; any failure "
         "sets its `ERROR_CAUSE` bits and `STATUS.ERROR` and no run starts.",
         "4. Wait for `STATUS.DONE` (or `irq` with `IRQ_EN`), clear it by writing 1.", "",
+        "## Errors and interrupt", "",
+        "- `STATUS.ERROR` is set while any `ERROR_CAUSE` bit is set. Writing 1 to a cause "
+        "clears it; writing 1 to `STATUS.ERROR` clears every cause.",
+        "- START while busy sets `START_WHILE_BUSY` and is dropped. A write to the weight "
+        "window, an `RQ_*`/`EXP_*` register or a length register while busy is dropped and "
+        "sets `WRITE_WHILE_BUSY` (the bus still answers OKAY). `CTRL` stays writable during "
+        "a run for `IRQ_EN`; its `CAUSAL`/`CROSS` bits keep the running mode.",
+        "- The engine sets `STREAM_SHORT` / `STREAM_LONG` (and `DONE`); an engine event in the "
+        "same cycle as a software clear wins, so no event is lost.",
+        "- `irq = CTRL.IRQ_EN & (STATUS.DONE | STATUS.ERROR)`, a level.", "",
     ]
     return "\n".join(out)
 
