@@ -87,10 +87,10 @@ class AxiLiteRegs(wiring.Component):
         one write and one read are in flight at most.
     start : ``Out(1)``
         One-cycle strobe: a checked START. Never raised while ``busy``.
-    causal, cross, seq_len, kv_len, key_len, rq_<q|k|v|pv|o>_<mult|shift>, exp_mult, exp_shift : ``Out(field width)``
-        Register fields (unsigned). ``seq_len``/``kv_len``/``key_len`` are the 16-bit fields;
-        they are within the configuration's limits whenever ``start`` is raised. None of them
-        changes while ``busy``.
+    causal, cross, seq_len, kv_len, key_len, rq_<q|k|v|pv|o>_<mult|shift>, exp_mult, exp_shift
+        ``Out(field width)``: register fields (unsigned). ``seq_len``/``kv_len``/``key_len``
+        are the 16-bit fields, within the configuration's limits whenever ``start`` is
+        raised. None of them changes while ``busy``.
     weights_valid : ``Out(1)``
         STATUS.WEIGHTS_VALID: parameters and window committed and not written since.
     busy : ``In(1)``
@@ -104,8 +104,9 @@ class AxiLiteRegs(wiring.Component):
         Counters of the last run, read as CYCLES and BUSY_CYCLES.
     irq : ``Out(1)``
         ``CTRL.IRQ_EN & (STATUS.DONE | STATUS.ERROR)``, level.
-    wwin_en, wwin_addr, wwin_data, wwin_strb : ``Out(1)``, ``Out(regmap.window_addr_bits)``, ``Out(32)``, ``Out(4)``
-        Weight-window write port: a one-cycle write of ``wwin_data`` (bytes enabled by
+    wwin_en, wwin_addr, wwin_data, wwin_strb
+        ``Out(1)``, ``Out(regmap.window_addr_bits)``, ``Out(32)``, ``Out(4)``: the
+        weight-window write port, a one-cycle write of ``wwin_data`` (bytes enabled by
         ``wwin_strb``) to word ``wwin_addr`` of the window (regions in ``regmap.regions``).
 
     Latency and throughput (cycle n: the cycle whose clock edge completes a handshake; for

@@ -62,7 +62,8 @@ class AxiLiteMaster:
                     setattr(self, name, handle)
                     break
             else:
-                raise AttributeError(f"no signal {prefix}_{name} or {prefix}__{name} in {dut._name}")
+                raise AttributeError(
+                    f"no signal {prefix}_{name} or {prefix}__{name} in {dut._name}")
         self.addr_bits = len(self.awaddr)
         self.data_bits = len(self.wdata)
         self.strb_all = (1 << (self.data_bits // 8)) - 1
@@ -89,9 +90,11 @@ class AxiLiteMaster:
 
     def _check(self, addr: int, data: int | None = None, strb: int | None = None):
         if not 0 <= addr < 1 << self.addr_bits:
-            raise ValueError(f"address {addr:#x} is out of range: allowed 0..{(1 << self.addr_bits) - 1:#x}")
+            raise ValueError(f"address {addr:#x} is out of range: allowed "
+                             f"0..{(1 << self.addr_bits) - 1:#x}")
         if data is not None and not 0 <= data < 1 << self.data_bits:
-            raise ValueError(f"data {data:#x} is out of range: allowed 0..{(1 << self.data_bits) - 1:#x}")
+            raise ValueError(f"data {data:#x} is out of range: allowed "
+                             f"0..{(1 << self.data_bits) - 1:#x}")
         if strb is not None and not 0 <= strb <= self.strb_all:
             raise ValueError(f"strb {strb:#x} is out of range: allowed 0..{self.strb_all:#x}")
 

@@ -1,4 +1,4 @@
-"""The AXI4-Lite register block's specification as plain Python, shared by the unit and cocotb tests.
+"""The AXI4-Lite register block's specification in plain Python (unit and cocotb tests).
 
 Offsets and bits are written out from the register table of the task (not read from
 ``hw/regmap.py``), so the tests check the map as well as the hardware. ``SpecModel`` applies

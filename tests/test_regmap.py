@@ -185,7 +185,8 @@ def test_json_matches_header(name, tmp_path):
         for f in reg["fields"]:
             assert value(f"{p}_{f['name']}_SHIFT") == f["lsb"]
             assert value(f"{p}_{f['name']}_WIDTH") == f["width"]
-            assert value(f"{p}_{f['name']}_MASK") == f["mask"] == ((1 << f["width"]) - 1) << f["lsb"]
+            mask = ((1 << f["width"]) - 1) << f["lsb"]
+            assert value(f"{p}_{f['name']}_MASK") == f["mask"] == mask
     win = data["window"]
     assert value("ATTN_WINDOW_BASE") == win["base"] and value("ATTN_WINDOW_SIZE") == win["size"]
     for g in win["regions"]:

@@ -7,7 +7,8 @@ cycles before each VALID and of READY low on the response channels).
   reads, writes (random strobes, unmapped and window addresses), busy periods and engine
   events, every response, read value and output port compared with ``tests/axil_spec.py``.
 - ``weights_and_run``: a whole layer loaded through the window (checked word for word against
-  ``hw.regmap.pack_window``; only the ends of each region above 2048 words), parameters, commit, a run with a small engine model (busy,
+  ``hw.regmap.pack_window``; only the ends of each region above 2048 words), parameters,
+  commit, a run with a small engine model (busy,
   done_set, cycle counters, irq), then START while busy and an engine STREAM_SHORT error.
 """
 
