@@ -22,12 +22,13 @@ class Exp2Unit(wiring.Component):
     ``L = cfg.exp_table_size`` and ``ib = cfg.exp_interp_bits``, the stages are
 
     1. ``prod = diff * exp_mult``
-    2. ``u = round_shift(prod, exp_shift)`` (ties up), ``n = min(u >> F, W + 2)``,
+    2. ``prod >> (exp_shift - 1)``
+    3. ``u = round_shift(prod, exp_shift)`` (ties up), ``n = min(u >> F, W + 2)``,
        ``f = u mod 2**F``
-    3. ``t0, t1`` = entries ``f >> ib`` and ``(f >> ib) + 1`` of the (L+1)-entry UQ1.T table
-    4. ``(t0 - t1) * (f mod 2**ib)``
-    5. ``mant = t0 - round_shift((t0 - t1) * (f mod 2**ib), ib)``
-    6. ``exp = round_shift(mant, n + T - W)``; a negative shift (``W > T``) is a left shift.
+    4. ``t0, t1`` = entries ``f >> ib`` and ``(f >> ib) + 1`` of the (L+1)-entry UQ1.T table
+    5. ``(t0 - t1) * (f mod 2**ib)``
+    6. ``mant = t0 - round_shift((t0 - t1) * (f mod 2**ib), ib)``
+    7. ``exp = round_shift(mant, n + T - W)``; a negative shift (``W > T``) is a left shift.
 
     Every stage is one register, so a ``diff`` presented at cycle t gives ``exp`` at cycle
     ``t + latency``, one result per cycle. There is no valid or enable: the owner carries its
@@ -50,7 +51,7 @@ class Exp2Unit(wiring.Component):
         ``E`` as UQ1.W: ``2**W`` for ``diff = 0``, 0 once ``u >= (W + 2) * 2**F``.
     """
 
-    LATENCY = 6
+    LATENCY = 7
 
     def __init__(self, cfg: AttentionConfig):
         if not isinstance(cfg, AttentionConfig):
@@ -80,9 +81,12 @@ class Exp2Unit(wiring.Component):
         m.d.sync += prod.eq(self.diff * self.exp_mult)
 
         # 2. round half up as ((x >> (s-1)) + 1) >> 1, which equals (x + 2**(s-1)) >> s for
-        # s >= 1 and needs no variable-position bias constant.
+        # s >= 1 and needs no variable-position bias constant. The barrel shift gets a stage
+        # of its own (it was the critical path on ECP5 when followed by the add and clamp).
+        scaled = Signal(len(prod))
+        m.d.sync += scaled.eq(prod >> (self.exp_shift - 1)[:6])
         half = Signal(len(prod) + 1)
-        m.d.comb += half.eq((prod >> (self.exp_shift - 1)[:6]) + 1)
+        m.d.comb += half.eq(scaled + 1)
         u = half[1:]
         n1 = Signal(range(n_max + 1))
         f1 = Signal(F)
@@ -92,7 +96,7 @@ class Exp2Unit(wiring.Component):
             m.d.sync += n1.eq(u >> F)
         m.d.sync += f1.eq(u[:F])
 
-        # 3. table lookup: a ROM of L+1 constants (small, becomes LUTs).
+        # 4. table lookup: a ROM of L+1 constants (small, becomes LUTs).
         table = [int(v) for v in exp_table(cfg)]
         rom = Array(Const(v, T + 1) for v in table)
         idx = f1[ib:]
@@ -102,7 +106,7 @@ class Exp2Unit(wiring.Component):
         m.d.sync += [t0.eq(rom[idx]), dt.eq(rom[idx] - rom[idx + 1]), frac2.eq(f1[:ib]),
                      n2.eq(n1)]
 
-        # 4./5. linear interpolation between t0 and t1 (t0 >= t1: the table decreases).
+        # 5./6. linear interpolation between t0 and t1 (t0 >= t1: the table decreases).
         mant = Signal(T + 1)
         n4 = Signal.like(n1)
         if ib:
@@ -115,7 +119,7 @@ class Exp2Unit(wiring.Component):
             t0_3, n3 = Signal.like(t0), Signal.like(n1)
             m.d.sync += [t0_3.eq(t0), n3.eq(n2), mant.eq(t0_3), n4.eq(n3)]
 
-        # 6. E = round_shift(mant, n + T - W). Pre-shifting mant left by K + 1 with
+        # 7. E = round_shift(mant, n + T - W). Pre-shifting mant left by K + 1 with
         # K = max(0, W - T) makes the right shift n + T - W + K + 1 >= 1 for every n, so the
         # same ((x >> (s-1)) + 1) >> 1 rounding applies; a negative n + T - W stays exact.
         K = max(0, W - T)

@@ -67,8 +67,9 @@ class SoftmaxGeometry:
 
     @property
     def normalise_latency(self) -> int:
-        """Cycles from an exp-ring read to the output register (read, product, round)."""
-        return 3
+        """Cycles from an exp-ring read to the output register (read, register, product,
+        round)."""
+        return 4
 
     @property
     def latency_fixed(self) -> int:
@@ -427,13 +428,19 @@ class SoftmaxUnit(wiring.Component):
         for l in range(lanes):
             m.d.comb += rounded[l].eq(
                 ((n2_prod[l] >> const_shift) >> (n2_lead - W)[:var_bits]) + 1)
+        # The block RAM's output is registered once more before the multipliers: without it,
+        # RAM clock-to-out plus the E * q product was the critical path on ECP5.
+        n1b_valid, n1b_recip, n1b_lead = Signal(), Signal(R + 1), Signal(lead_shape)
+        n1b = Signal(exp_entry)
         with m.If(~stall_out):
             m.d.sync += [n1_valid.eq(e_issue), n1_recip.eq(n_recip), n1_lead.eq(n_lead),
-                         n2_valid.eq(n1_valid), n2_lead.eq(n1_lead),
-                         n2_row.eq(e_rd.data.row), n2_last.eq(e_rd.data.last),
+                         n1b_valid.eq(n1_valid), n1b_recip.eq(n1_recip),
+                         n1b_lead.eq(n1_lead), n1b.eq(e_rd.data),
+                         n2_valid.eq(n1b_valid), n2_lead.eq(n1b_lead),
+                         n2_row.eq(n1b.row), n2_last.eq(n1b.last),
                          out_valid.eq(n2_valid), out.row.eq(n2_row), out.last.eq(n2_last)]
             for l in range(lanes):
-                m.d.sync += n2_prod[l].eq(e_rd.data.data[l] * n1_recip)
+                m.d.sync += n2_prod[l].eq(n1b.data[l] * n1b_recip)
                 with m.If(rounded[l][1:] > (1 << B) - 1):
                     m.d.sync += out.data[l].eq((1 << B) - 1)
                 with m.Else():
