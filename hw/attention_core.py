@@ -67,7 +67,7 @@ WordStream = stream.Signature(data.StructLayout({"data": 32, "last": 1}))
 
 # Bit positions of ERROR_CAUSE that the core itself raises (the rest come from the registers).
 ERROR_CAUSES = {name: bit for bit, (name, _) in enumerate(REGMAP_CAUSES)
-                if name in ("STREAM_SHORT", "STREAM_LONG")}
+                if name in ("STREAM_SHORT", "STREAM_LONG", "ENGINE_FAULT")}
 
 # Job selectors.
 A_X, A_KV, A_Q, A_P, A_ATTN = range(5)
@@ -103,6 +103,8 @@ def fork(m, name, s1_valid, readies):
     m.d.comb += all_got.eq(Cat(*got).all())
     with m.If(s1_valid):
         m.d.sync += taken.eq(Mux(all_got, 0, Cat(*got)))
+    with m.Else():
+        m.d.sync += taken.eq(0)          # also forgets a beat abandoned with its stage
     return valids, ~s1_valid | all_got
 
 
@@ -160,12 +162,15 @@ class AttentionCore(wiring.Component):
 
         engines = []
         softmaxes = []
+        # After an abandoned run the engines may hold state of it (a buffered bias beat, rows
+        # in flight): one cycle of reset returns them to idle.
+        engine_flush = Signal()
         for e in range(E):
             eng = MatmulEngine(cfg, max_m=max(SEQ, KV), max_n=max(dk, KV),
                                max_k=max(d, KV, dk))
             sm = SoftmaxUnit(cfg)
-            m.submodules[f"engine{e}"] = eng
-            m.submodules[f"softmax{e}"] = sm
+            m.submodules[f"engine{e}"] = ResetInserter({"sync": engine_flush})(eng)
+            m.submodules[f"softmax{e}"] = ResetInserter({"sync": engine_flush})(sm)
             engines.append(eng)
             softmaxes.append(sm)
 
@@ -624,6 +629,23 @@ class AttentionCore(wiring.Component):
         m.d.comb += job_done.eq((res_done == (1 << E) - 1) & ~f_active & ~s1_valid
                                 & ~bf_active & ~bs1_valid & (cmd_pending == 0))
 
+        # A rejected engine command would leave the sequencer waiting for results that never
+        # come. The registers check every setting at START, so this cannot happen with a
+        # correct bus master; if it does, abandon the run instead of hanging.
+        fault = Signal()
+        m.d.comb += fault.eq(Cat(*[eng.error for eng in engines]).any())
+
+        m.d.sync += engine_flush.eq(fault)
+
+        def abandon_on_fault():
+            with m.If(fault):
+                m.d.comb += [self.error.eq(1),
+                             self.error_cause.eq(1 << ERROR_CAUSES["ENGINE_FAULT"])]
+                m.d.sync += [running.eq(0), f_active.eq(0), s1_valid.eq(0), bf_active.eq(0),
+                             bs1_valid.eq(0), sf_active.eq(0), ss1_valid.eq(0),
+                             cmd_pending.eq(0)]
+                m.next = "IDLE"
+
         with m.FSM(name="seq"):
             with m.State("IDLE"):
                 with m.If(self.start):
@@ -689,17 +711,20 @@ class AttentionCore(wiring.Component):
                                      job_w.eq(pj + 1),
                                      job_rq.eq(Mux(pj == 0, RQ_K, RQ_V)),
                                      job_dst.eq(Mux(pj == 0, D_K, D_V))]
+                abandon_on_fault()
             with m.State("SCORES"):
                 with m.If(job_done & ~job_go):
                     m.d.sync += [sf_active.eq(1), sf_i.eq(0), sf_b.eq(0),
                                  sf_nb.eq((kvrows + L - 1) // L), sm_rows_done.eq(0)]
                     m.next = "SOFTMAX"
+                abandon_on_fault()
             with m.State("SOFTMAX"):
                 with m.If(~sf_active & (sm_rows_done == seq)):
                     m.d.sync += [job_go.eq(1), job_a.eq(A_P), job_b.eq(B_V), job_bias.eq(0),
                                  job_rq.eq(RQ_PV), job_dst.eq(D_ATTN), job_m.eq(seq),
                                  job_n.eq(dk), job_k.eq(kvrows)]
                     m.next = "PV"
+                abandon_on_fault()
             with m.State("PV"):
                 with m.If(job_done & ~job_go):
                     with m.If(g + 1 == G):
@@ -714,6 +739,7 @@ class AttentionCore(wiring.Component):
                                      job_rq.eq(RQ_NONE), job_dst.eq(D_S), job_m.eq(seq),
                                      job_n.eq(kvrows), job_k.eq(dk)]
                         m.next = "SCORES"
+                abandon_on_fault()
             with m.State("OPROJ"):
                 with m.If(job_done & ~job_go):
                     with m.If(g + 1 == G):
@@ -721,6 +747,7 @@ class AttentionCore(wiring.Component):
                         m.next = "STREAM"
                     with m.Else():
                         m.d.sync += [g.eq(g + 1), job_lh.eq(g + 1), job_go.eq(1)]
+                abandon_on_fault()
             with m.State("STREAM"):
                 # Issue four byte reads per word, then hold until the word has been taken.
                 m.d.comb += o_issue.eq(~o_hold & (o_i < seq))
@@ -730,4 +757,5 @@ class AttentionCore(wiring.Component):
                     m.next = "IDLE"
         with m.If(job_go):
             m.d.sync += job_go.eq(0)
+
         return m

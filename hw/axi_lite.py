@@ -299,6 +299,9 @@ class AxiLiteRegs(wiring.Component):
             check[_CAUSE["NO_WEIGHTS"]].eq(~self.weights_valid),
             check[_CAUSE["BAD_CROSS"]].eq(cross_new & (not cfg.cross_attention)),
             check[_CAUSE["BAD_CAUSAL"]].eq(causal_new & (not cfg.causal_mask)),
+            check[_CAUSE["BAD_SHIFT"]].eq(Cat(*[
+                (getattr(self, f.port) == 0) | (getattr(self, f.port) > 62)
+                for _, f in rmap.fields_with_port() if f.port.endswith("_shift")]).any()),
         ]
         m.d.sync += self.start.eq(0)
         with m.If(start_req):

@@ -71,6 +71,10 @@ ERROR_CAUSES = (
                          "dropped)"),
     ("BAD_CROSS", "START with CTRL.CROSS set but the configuration has no cross-attention"),
     ("BAD_CAUSAL", "START with CTRL.CAUSAL set but the configuration has no causal mask"),
+    ("BAD_SHIFT", "START while a requantization or exponent shift register is outside 1..62 "
+                  "(they reset to 0: after a reset, write the parameters again)"),
+    ("ENGINE_FAULT", "a matrix engine rejected a command or the softmax unit flagged invalid "
+                     "settings; the run was abandoned (engine)"),
 )
 
 

@@ -35,13 +35,16 @@ def run_core(cfg, layer, runs, *, idle=0.0, backpressure=0.0, seed=0, max_cycles
             ctx.set(core.wwin_strb, 0xF)
             await ctx.tick()
         ctx.set(core.wwin_en, 0)
-        for n in ("q", "k", "v", "pv", "o"):
-            rq = getattr(layer, f"rq_{n}")
-            ctx.set(getattr(core, f"rq_{n}_mult"), rq.mult)
-            ctx.set(getattr(core, f"rq_{n}_shift"), rq.shift)
+        def set_params(bad_shift=False):
+            for n in ("q", "k", "v", "pv", "o"):
+                rq = getattr(layer, f"rq_{n}")
+                ctx.set(getattr(core, f"rq_{n}_mult"), rq.mult)
+                ctx.set(getattr(core, f"rq_{n}_shift"), 0 if bad_shift and n == "v" else rq.shift)
+        set_params()
         ctx.set(core.exp_mult, layer.exp_mult)
         ctx.set(core.exp_shift, layer.exp_shift)
         for run in runs:
+            set_params(run.get("bad_shift", False))
             x, kv = run["x"], run.get("kv")
             ctx.set(core.seq_len, len(x))
             ctx.set(core.kv_len, len(kv) if kv is not None else 0)
@@ -154,3 +157,14 @@ def test_stream_errors_then_recovery():
     assert results[2][1] == 1 << ERROR_CAUSES["STREAM_LONG"]
     assert results[3][1] is None
     check_outputs(cfg, layer, runs[1], results[3][0])
+
+
+def test_engine_fault_abandons_run():
+    """A command the engines reject (here: a V shift of 0, which the registers would have
+    refused at START) ends the run with ENGINE_FAULT instead of a hang; the next run is right."""
+    cfg = TINY
+    layer, runs = make_case(cfg, seed=5, specs=[dict(seq=6), dict(seq=6, causal=True)])
+    results = run_core(cfg, layer, [dict(runs[0], bad_shift=True), runs[1]])
+    assert results[0][1] == 1 << ERROR_CAUSES["ENGINE_FAULT"]
+    assert results[1][1] is None
+    check_outputs(cfg, layer, runs[1], results[1][0])

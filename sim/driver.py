@@ -1,0 +1,173 @@
+"""Run attention layers on the simulated ``attention_top`` from NumPy arrays (cocotb 2).
+
+::
+
+    drv = AttentionDriver(dut, cfg)
+    await drv.start()                       # clock + reset
+    await drv.load_layer(layer)             # golden.QuantizedLayer -> weight window, registers
+    res = await drv.run(x)                  # int8 (seq_len, d_model) in, RunResult out
+    res.out, res.cycles, res.busy_cycles    # output array, CYCLES and BUSY_CYCLES registers
+
+Everything goes through the real interfaces: AXI4-Lite (:mod:`sim.axil`) for registers and
+weights, AXI4-Stream (:mod:`sim.axis`) for activations. Register addresses and fields come from
+:func:`hw.regmap.build_regmap`, so the driver follows the map.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import cocotb
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles, FallingEdge, First, RisingEdge
+
+from golden.config import AttentionConfig
+from hw.regmap import ERROR_CAUSES, RESP_OKAY, build_regmap, pack_window, param_values
+
+from .axil import AxiLiteMaster
+from .axis import AxisSink, AxisSource, pack_rows, unpack_words
+
+__all__ = ["AttentionDriver", "RunResult", "cause_names"]
+
+
+def cause_names(bits: int) -> list[str]:
+    return [name for i, (name, _) in enumerate(ERROR_CAUSES) if bits >> i & 1]
+
+
+@dataclass
+class RunResult:
+    out: np.ndarray | None          # (seq_len, d_model) int8, None when the run failed
+    cycles: int                     # CYCLES register: start to done
+    busy_cycles: int                # BUSY_CYCLES register: cycles the arrays took operands
+    status: int                     # STATUS register after the run
+    error_cause: int                # ERROR_CAUSE register after the run
+    words_sent: int = 0
+    words: list = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[str]:
+        return cause_names(self.error_cause)
+
+
+class AttentionDriver:
+    """Drives one ``attention_top`` instance.
+
+    ``idle`` and ``backpressure`` are the probabilities of an idle cycle on the input stream
+    and of ``tready`` low on the output stream; ``seed`` makes them repeatable.
+    """
+
+    def __init__(self, dut, cfg: AttentionConfig, *, idle: float = 0.0,
+                 backpressure: float = 0.0, seed: int = 0, period_ns: int = 10):
+        self.dut, self.cfg = dut, cfg
+        self.rmap = build_regmap(cfg)
+        self.period_ns = period_ns
+        self.bus = AxiLiteMaster(dut, dut.clk, prefix="s_axi")
+        self.source = AxisSource(dut, dut.clk, "s_axis", idle=idle, seed=seed)
+        self.sink = AxisSink(dut, dut.clk, "m_axis", backpressure=backpressure, seed=seed + 1)
+
+    def addr(self, reg: str) -> int:
+        return self.rmap[reg].offset
+
+    def bit(self, reg: str, fld: str) -> int:
+        return 1 << self.rmap[reg].field(fld).lsb
+
+    async def start(self):
+        Clock(self.dut.clk, self.period_ns, unit="ns").start()
+        await self.reset()
+
+    async def reset(self, cycles: int = 4):
+        self.dut.rst.value = 1
+        await ClockCycles(self.dut.clk, cycles)
+        await FallingEdge(self.dut.clk)
+        self.dut.rst.value = 0
+        await ClockCycles(self.dut.clk, 2)
+
+    async def write(self, reg: str, value: int, strb: int = 0xF) -> int:
+        return await self.bus.write(self.addr(reg), value, strb)
+
+    async def read(self, reg: str) -> int:
+        data, resp = await self.bus.read(self.addr(reg))
+        assert resp == RESP_OKAY, f"read of {reg} answered {resp}"
+        return data
+
+    async def load_layer(self, layer, *, weights: bool = True, commit: bool = True):
+        """Write the weights and biases (unless ``weights`` is False: they are resident in
+        block RAM and survive a reset), every requantization parameter of ``layer`` (registers:
+        a reset clears them) and, with ``commit``, WEIGHTS_COMMIT."""
+        layer.check(self.cfg)
+        if weights:
+            base = self.rmap.window_base
+            resps = await self.bus.write_block(base, pack_window(self.rmap, layer))
+            bad = [i for i, r in enumerate(resps) if r != RESP_OKAY]
+            assert not bad, f"window words {bad[:4]}... answered an error"
+        for name, value in param_values(self.rmap, layer).items():
+            assert await self.write(name, value) == RESP_OKAY
+        if commit:
+            assert await self.write("WEIGHTS_COMMIT", 1) == RESP_OKAY
+
+    async def clear_status(self):
+        await self.write("ERROR_CAUSE", (1 << len(ERROR_CAUSES)) - 1)
+        await self.write("STATUS", self.bit("STATUS", "DONE") | self.bit("STATUS", "ERROR"))
+
+    async def run(self, x, kv=None, *, causal: bool = False, key_len: int | None = None,
+                  words: list[int] | None = None, last_at: int | None = None,
+                  seq_len: int | None = None, kv_len: int | None = None,
+                  timeout: int = 5_000_000) -> RunResult:
+        """One sequence. ``words``/``last_at``/``seq_len``/``kv_len`` override what is sent
+        and programmed (for error tests); by default they follow ``x`` and ``kv``."""
+        x = np.asarray(x)
+        seq_len = len(x) if seq_len is None else seq_len
+        cross = kv is not None
+        if kv_len is None:
+            kv_len = len(kv) if cross else 0
+        if words is None:
+            words = pack_rows(x) + (pack_rows(kv) if cross else [])
+        lasts = None
+        if last_at is None and cross:
+            lasts = len(x) * self.cfg.d_model // 4 - 1
+        await self.clear_status()
+        await self.write("SEQ_LEN", seq_len)
+        await self.write("KV_LEN", kv_len)
+        await self.write("KEY_LEN", key_len or 0)
+        ctrl = (self.bit("CTRL", "START") | self.bit("CTRL", "IRQ_EN")
+                | (self.bit("CTRL", "CAUSAL") if causal else 0)
+                | (self.bit("CTRL", "CROSS") if cross else 0))
+        await self.write("CTRL", ctrl)
+        status = await self.read("STATUS")
+        if status & self.bit("STATUS", "ERROR"):
+            return RunResult(None, 0, 0, status, await self.read("ERROR_CAUSE"))
+
+        async def send():
+            if lasts is not None:        # x then kv, each closed by tlast
+                n = await self.source.send(words[:lasts + 1])
+                return n + await self.source.send(words[lasts + 1:])
+            return await self.source.send(words, last_at=last_at)
+
+        send_task = cocotb.start_soon(send())
+        recv_task = cocotb.start_soon(self.sink.receive(timeout=timeout))
+        if not int(self.dut.irq.value):
+            await First(RisingEdge(self.dut.irq), ClockCycles(self.dut.clk, timeout))
+        status = await self.read("STATUS")
+        cause = await self.read("ERROR_CAUSE")
+        out = None
+        got = []
+        if status & self.bit("STATUS", "DONE"):
+            got, complete = await recv_task
+            assert complete, "DONE without the final output word"
+            out = np.array(unpack_words(got, self.cfg.d_model), dtype=np.int64)
+        else:
+            recv_task.cancel()
+            self.sink.tready.value = 0
+        if not send_task.done():
+            # After STREAM_LONG the engine drains the rest of the stream; give it time.
+            await First(send_task, ClockCycles(self.dut.clk, 4 * len(words) + 100))
+        if send_task.done():
+            sent = send_task.result()
+        else:
+            send_task.cancel()
+            self.source.tvalid.value = 0
+            sent = -1
+        cycles = await self.read("CYCLES")
+        busy = await self.read("BUSY_CYCLES")
+        return RunResult(out, cycles, busy, status, cause, sent, got)

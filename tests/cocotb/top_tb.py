@@ -1,0 +1,167 @@
+"""cocotb tests of the generated attention_top: whole layers, modes, stalls and every error.
+
+Parameters (environment): ATTN_CONFIG (TOML path), ATTN_SEED, ATTN_IDLE, ATTN_BACKPRESSURE.
+Every output word is compared with golden.attention_int.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import cocotb
+from cocotb.triggers import ClockCycles
+
+import golden as g
+from sim.axis import pack_rows, unpack_words
+from sim.driver import AttentionDriver, cause_names
+from sim.layers import make_case
+
+CFG = g.load_config(os.environ["ATTN_CONFIG"])
+SEED = int(os.environ.get("ATTN_SEED", "1"))
+IDLE = float(os.environ.get("ATTN_IDLE", "0"))
+BACKPRESSURE = float(os.environ.get("ATTN_BACKPRESSURE", "0"))
+
+
+def driver(dut, seed_offset=0):
+    return AttentionDriver(dut, CFG, idle=IDLE, backpressure=BACKPRESSURE,
+                           seed=SEED + seed_offset)
+
+
+def expect(run):
+    return g.attention_int(CFG, LAYER, run["x"], run.get("kv"), causal=run["causal"],
+                           kv_len=run["key_len"])
+
+
+def check(res, run, what):
+    assert res.out is not None, f"{what}: run failed: status {res.status:#x}, {res.errors}"
+    want = expect(run)
+    if not np.array_equal(res.out, want):
+        bad = np.argwhere(res.out != want)
+        raise AssertionError(f"{what}: {len(bad)} of {want.size} outputs differ at "
+                             f"{[tuple(b) for b in bad[:12].tolist()]}: got "
+                             f"{[int(res.out[tuple(b)]) for b in bad[:12]]}, want "
+                             f"{[int(want[tuple(b)]) for b in bad[:12]]}")
+
+
+S, KV = CFG.max_seq_len, CFG.max_kv_len
+SPECS = [dict(seq=S), dict(seq=1), dict(seq=3 if S > 3 else 1, causal=CFG.causal_mask),
+         dict(seq=S, causal=CFG.causal_mask, key_len=max(1, S // 2)),
+         dict(seq=max(1, S - 1), key_len=1)]
+if CFG.cross_attention:
+    SPECS += [dict(seq=max(1, S // 2), kv=KV), dict(seq=S, kv=1),
+              dict(seq=S, kv=max(1, KV - 3), causal=CFG.causal_mask, key_len=max(1, KV - 4))]
+LAYER, RUNS = make_case(CFG, SEED, SPECS)
+
+
+def describe(run):
+    kv = f", kv {len(run['kv'])}" if run.get("kv") is not None else ""
+    return (f"seq {len(run['x'])}{kv}, causal {run['causal']}, key_len {run['key_len']}")
+
+
+@cocotb.test()
+async def layers_back_to_back(dut):
+    """Every mode and length, back to back on one load of resident weights."""
+    drv = driver(dut)
+    await drv.start()
+    await drv.load_layer(LAYER)
+    for run in RUNS:
+        res = await drv.run(run["x"], run.get("kv"), causal=run["causal"],
+                            key_len=run["key_len"])
+        check(res, run, describe(run))
+        assert res.busy_cycles > 0 and res.cycles > res.busy_cycles
+        dut._log.info(f"{describe(run)}: {res.cycles} cycles, {res.busy_cycles} busy")
+
+
+@cocotb.test()
+async def errors_recover(dut):
+    """Each bad setting raises its ERROR_CAUSE, leaves the engine idle and weights intact."""
+    drv = driver(dut, 10)
+    await drv.start()
+    run = RUNS[0]
+    n_x = len(run["x"]) * CFG.d_model // 4
+
+    # Start before any weights: NO_WEIGHTS.
+    res = await drv.run(run["x"])
+    assert res.errors == ["NO_WEIGHTS"], res.errors
+    await drv.load_layer(LAYER)
+    cases = [
+        ("BAD_SEQ_LEN", dict(seq_len=0)),
+        ("BAD_SEQ_LEN", dict(seq_len=S + 1)),
+        ("BAD_KEY_LEN", dict(key_len=S + 1)),
+        # tlast two words early.
+        ("STREAM_SHORT", dict(words=pack_rows(run["x"])[:n_x - 2])),
+        # One row and a word too many, tlast only on the final word.
+        ("STREAM_LONG", dict(words=pack_rows(run["x"]) + pack_rows(run["x"][:1]) + [0])),
+    ]
+    if CFG.cross_attention:
+        cases.append(("BAD_KV_LEN", dict(kv=run["x"], kv_len=KV + 1)))
+        cases.append(("BAD_KV_LEN", dict(kv=run["x"], kv_len=0)))
+    else:
+        cases.append(("BAD_CROSS", dict(kv=run["x"])))
+    for cause, kw in cases:
+        kv = kw.pop("kv", None)
+        res = await drv.run(run["x"], kv, **kw)
+        assert res.errors == [cause], f"{cause}: got {res.errors}"
+        assert res.out is None
+        assert not (await drv.read("STATUS")) & drv.bit("STATUS", "BUSY")
+        good = await drv.run(run["x"], causal=run["causal"], key_len=run["key_len"])
+        check(good, run, f"valid run after {cause}")
+
+    # A shift register out of 1..62: BAD_SHIFT; writing it also clears WEIGHTS_VALID.
+    await drv.write("RQ_PV_SHIFT", 63)
+    res = await drv.run(run["x"])
+    assert set(res.errors) == {"BAD_SHIFT", "NO_WEIGHTS"}, res.errors
+    await drv.load_layer(LAYER, weights=False)
+    good = await drv.run(run["x"], causal=run["causal"], key_len=run["key_len"])
+    check(good, run, "valid run after BAD_SHIFT")
+
+    # START while busy, and a weight write while busy: both refused, the run unharmed.
+    await drv.clear_status()
+    await drv.write("SEQ_LEN", len(run["x"]))
+    await drv.write("KEY_LEN", 0)
+    await drv.write("CTRL", drv.bit("CTRL", "START"))
+    assert (await drv.read("STATUS")) & drv.bit("STATUS", "BUSY")
+    await drv.write("CTRL", drv.bit("CTRL", "START"))
+    await drv.bus.write(drv.rmap.window_base, 0x7F7F7F7F)
+    cause = await drv.read("ERROR_CAUSE")
+    assert cause_names(cause) == ["START_WHILE_BUSY", "WRITE_WHILE_BUSY"], cause_names(cause)
+    recv = cocotb.start_soon(drv.sink.receive())
+    await drv.source.send(pack_rows(run["x"]))
+    words, complete = await recv
+    assert complete
+    got = np.array(unpack_words(words, CFG.d_model))
+    want = g.attention_int(CFG, LAYER, run["x"])
+    assert np.array_equal(got, want), "run disturbed by START/write while busy"
+    assert (await drv.read("STATUS")) & drv.bit("STATUS", "WEIGHTS_VALID")
+    good = await drv.run(run["x"], causal=run["causal"], key_len=run["key_len"])
+    check(good, run, "valid run after busy errors")
+
+
+@cocotb.test()
+async def reset_mid_run(dut):
+    """A reset in the middle of a run recovers; resident weights survive (commit again)."""
+    drv = driver(dut, 20)
+    await drv.start()
+    await drv.load_layer(LAYER)
+    run = RUNS[0]
+    await drv.clear_status()
+    await drv.write("SEQ_LEN", len(run["x"]))
+    await drv.write("KEY_LEN", 0)
+    await drv.write("CTRL", drv.bit("CTRL", "START"))
+    words = pack_rows(run["x"])
+    await drv.source.send(words)
+    await ClockCycles(dut.clk, 50)          # somewhere in the projections
+    assert (await drv.read("STATUS")) & drv.bit("STATUS", "BUSY")
+    await drv.reset()
+    assert not (await drv.read("STATUS")) & drv.bit("STATUS", "BUSY")
+    assert not (await drv.read("STATUS")) & drv.bit("STATUS", "WEIGHTS_VALID")
+    # The parameters are registers and reset to 0: START without them is refused.
+    assert await drv.write("WEIGHTS_COMMIT", 1) == 0
+    res = await drv.run(run["x"])
+    assert res.errors == ["BAD_SHIFT"], res.errors
+    # The weights themselves are block RAM and survive: rewrite the parameters only.
+    await drv.load_layer(LAYER, weights=False)
+    for r in RUNS[:3]:
+        res = await drv.run(r["x"], r.get("kv"), causal=r["causal"], key_len=r["key_len"])
+        check(res, r, f"after reset: {describe(r)}")
