@@ -19,7 +19,8 @@ PARAMS = {0x040 + 4 * i: n for i, n in enumerate(
 START, CAUSAL, CROSS, IRQ_EN = 1, 2, 4, 8
 BUSY, DONE, ERROR, WEIGHTS_VALID = 1, 2, 4, 8
 (BAD_SEQ_LEN, BAD_KV_LEN, BAD_KEY_LEN, START_WHILE_BUSY, NO_WEIGHTS, STREAM_SHORT,
- STREAM_LONG, WRITE_WHILE_BUSY, BAD_CROSS, BAD_CAUSAL) = (1 << i for i in range(10))
+ STREAM_LONG, WRITE_WHILE_BUSY, BAD_CROSS, BAD_CAUSAL, BAD_SHIFT,
+ ENGINE_FAULT) = (1 << i for i in range(12))
 
 
 class SpecModel:
@@ -39,6 +40,7 @@ class SpecModel:
         self.done = self.causes = self.weights_valid = 0
         self.busy = self.cycles = self.busy_cycles = 0
         self.starts = []         # one entry per start strobe
+        self.refused = []        # the cause bits of every START refused by its checks
         self.wwin = []           # (word, data, strb) per window write
 
     @property
@@ -129,8 +131,11 @@ class SpecModel:
             bad |= BAD_CROSS
         if ctrl & CAUSAL and not c.causal_mask:
             bad |= BAD_CAUSAL
+        if any(not 1 <= self.rw[off] <= 62 for off, n in PARAMS.items() if n.endswith("shift")):
+            bad |= BAD_SHIFT
         if bad:
             self.causes |= bad
+            self.refused.append(bad)
         else:
             self.starts.append(ctrl & (CAUSAL | CROSS))
 

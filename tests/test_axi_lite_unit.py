@@ -21,13 +21,15 @@ from hw.regmap import build_regmap
 
 TINY = load_config("configs/tiny.toml")
 from tests.axil_spec import (BAD_CAUSAL, BAD_CROSS, BAD_KEY_LEN, BAD_KV_LEN, BAD_SEQ_LEN,
-                             BUSY, BUSY_CYCLES, CAUSAL, CAUSE, COMMIT, CONFIG0, CONFIG1,
-                             CONFIG2, CROSS, CTRL, CYCLES, DONE, ERROR, ID, IRQ_EN, KEY_LEN,
-                             KV_LEN, NO_WEIGHTS, OKAY, PARAMS, SEQ_LEN, SLVERR, START,
-                             START_WHILE_BUSY, STATUS, STREAM_LONG, STREAM_SHORT, VERSION,
-                             WEIGHTS_VALID, WRITE_WHILE_BUSY, SpecModel)
+                             BAD_SHIFT, BUSY, BUSY_CYCLES, CAUSAL, CAUSE, COMMIT, CONFIG0,
+                             CONFIG1, CONFIG2, CROSS, CTRL, CYCLES, DONE, ENGINE_FAULT, ERROR,
+                             ID, IRQ_EN, KEY_LEN, KV_LEN, NO_WEIGHTS, OKAY, PARAMS, SEQ_LEN,
+                             SLVERR, START, START_WHILE_BUSY, STATUS, STREAM_LONG,
+                             STREAM_SHORT, VERSION, WEIGHTS_VALID, WRITE_WHILE_BUSY, SpecModel)
 
 TIMINGS = ("fast", "aw_first", "w_first", "simultaneous", "random")
+N_CAUSES = 12
+SHIFTS = [off for off, name in PARAMS.items() if name.endswith("shift")]   # reset to 0
 
 class AxilMaster:
     """AXI4-Lite master for Amaranth testbenches, one transaction at a time."""
@@ -137,9 +139,21 @@ def run(cfg, body, *, timing="fast", seed=0, monitor=True):
     return events
 
 
-async def load_weights(ctx, dut, m):
-    """Make START legal: commit weights (lengths are at their reset maxima)."""
+async def load_weights(ctx, dut, m, shift=8):
+    """Make START legal: write valid (1..62) shift registers, which reset to 0, then commit
+    weights (lengths are at their reset maxima)."""
+    for off in SHIFTS:
+        assert await m.write(ctx, off, shift) == OKAY
     assert await m.write(ctx, COMMIT, 1) == OKAY
+
+
+async def expect_start_fails(ctx, dut, m, ctrl, cause):
+    """START | ``ctrl`` is refused with exactly ``cause``; W1C of it clears ERROR again."""
+    assert await m.write(ctx, CTRL, START | ctrl) == OKAY
+    assert await m.read(ctx, CAUSE) == (cause, OKAY)
+    assert (await m.read(ctx, STATUS))[0] & ERROR
+    assert await m.write(ctx, CAUSE, cause) == OKAY       # W1C: clears exactly it
+    assert (await m.read(ctx, STATUS))[0] & ERROR == 0
 
 
 async def pulse(ctx, sig, value=1):
@@ -166,6 +180,7 @@ def test_signature_and_arguments():
     Fragment.get(dut, None)             # elaborates
     assert len(dut.s_axi.awaddr) == build_regmap(TINY).addr_width == 17
     assert len(dut.wwin_addr) == 9     # 320 window words
+    assert len(dut.error_cause) == N_CAUSES
 
 
 @pytest.mark.parametrize("cfg_name", ["tiny", "default"])
@@ -350,9 +365,69 @@ def test_set_wins_over_clear():
         await w1c_with_event(ctx, dut, STATUS, ERROR, dut.error_set, STREAM_SHORT)
         assert (await m.read(ctx, CAUSE))[0] == STREAM_SHORT
         assert await m.write(ctx, CAUSE, STREAM_SHORT) == OKAY
+        ctx.set(dut.error_cause, ENGINE_FAULT)
+        await pulse(ctx, dut.error_set)
+        await w1c_with_event(ctx, dut, CAUSE, ENGINE_FAULT, dut.error_set, ENGINE_FAULT)
+        assert (await m.read(ctx, CAUSE))[0] == ENGINE_FAULT
+        await w1c_with_event(ctx, dut, STATUS, ERROR, dut.error_set, ENGINE_FAULT)
+        assert (await m.read(ctx, CAUSE))[0] == ENGINE_FAULT
+        assert await m.write(ctx, CAUSE, ENGINE_FAULT) == OKAY
         assert (await m.read(ctx, STATUS))[0] == DONE
 
     run(TINY, body)
+
+
+@pytest.mark.parametrize("timing", ["fast", "random"])
+def test_bad_shift(timing):
+    """START is refused with BAD_SHIFT while any shift register is outside 1..62."""
+    names = [PARAMS[off] for off in SHIFTS]
+    assert names == ["rq_q_shift", "rq_k_shift", "rq_v_shift", "rq_pv_shift", "rq_o_shift",
+                     "exp_shift"]
+
+    async def body(ctx, dut, m, events):
+        # Weights committed, lengths valid, but every shift at its reset value 0.
+        assert await m.write(ctx, COMMIT, 1) == OKAY
+        assert all(ctx.get(getattr(dut, name)) == 0 for name in names)
+        await expect_start_fails(ctx, dut, m, 0, BAD_SHIFT)
+        await load_weights(ctx, dut, m)
+        for i, off in enumerate(SHIFTS):
+            for bad in (0, 63, 64):                 # 64 is 0 in the 6-bit field
+                assert await m.write(ctx, off, bad) == OKAY
+                assert await m.write(ctx, COMMIT, 1) == OKAY
+                assert await m.read(ctx, off) == (bad & 63, OKAY)
+                assert ctx.get(getattr(dut, names[i])) == bad & 63
+                await expect_start_fails(ctx, dut, m, 0, BAD_SHIFT)
+                await expect_start_fails(ctx, dut, m, CAUSAL | CROSS, BAD_SHIFT)
+                assert (await m.read(ctx, STATUS))[0] == WEIGHTS_VALID     # still committed
+            good = (1, 62)[i % 2]                   # leave the edges of the range behind
+            assert await m.write(ctx, off, good) == OKAY
+        assert await m.write(ctx, COMMIT, 1) == OKAY
+        assert [ctx.get(getattr(dut, name)) for name in names] == [1, 62, 1, 62, 1, 62]
+        # Together with other causes.
+        assert await m.write(ctx, SEQ_LEN, 0) == OKAY
+        assert await m.write(ctx, SHIFTS[-1], 0) == OKAY                # clears the commit
+        await expect_start_fails(ctx, dut, m, 0, BAD_SEQ_LEN | NO_WEIGHTS | BAD_SHIFT)
+        assert await m.write(ctx, SEQ_LEN, 3) == OKAY
+        assert await m.write(ctx, SHIFTS[-1], 62) == OKAY
+        assert await m.write(ctx, COMMIT, 1) == OKAY
+        assert not events                                               # no START so far
+        # Every shift within 1..62: START goes through.
+        assert await m.write(ctx, CTRL, START) == OKAY
+        assert await m.read(ctx, CAUSE) == (0, OKAY)
+        assert len(events) == 1
+        # A shift write during the run is dropped (WRITE_WHILE_BUSY), START while busy wins.
+        ctx.set(dut.busy, 1)
+        assert await m.write(ctx, SHIFTS[0], 0) == OKAY
+        assert await m.read(ctx, SHIFTS[0]) == (1, OKAY)
+        assert await m.read(ctx, CAUSE) == (WRITE_WHILE_BUSY, OKAY)
+        assert await m.write(ctx, CAUSE, WRITE_WHILE_BUSY) == OKAY
+        await expect_start_fails(ctx, dut, m, 0, START_WHILE_BUSY)
+        ctx.set(dut.busy, 0)
+        assert await m.write(ctx, CTRL, START) == OKAY
+        assert await m.read(ctx, CAUSE) == (0, OKAY)
+
+    events = run(TINY, body, timing=timing, seed=13)
+    assert [e[0] for e in events] == ["start", "start"]
 
 
 @pytest.mark.parametrize("timing", ["fast", "random"])
@@ -360,16 +435,9 @@ def test_every_error_cause(timing):
     no_cross = TINY.replace(cross_attention=False, name="nocross")
     no_causal = TINY.replace(causal_mask=False, name="nocausal")
 
-    async def expect_start_fails(ctx, dut, m, ctrl, cause):
-        assert await m.write(ctx, CTRL, START | ctrl) == OKAY
-        assert await m.read(ctx, CAUSE) == (cause, OKAY)
-        assert (await m.read(ctx, STATUS))[0] & ERROR
-        assert await m.write(ctx, CAUSE, cause) == OKAY       # W1C: clears exactly it
-        assert (await m.read(ctx, STATUS))[0] & ERROR == 0
-
     async def body(ctx, dut, m, events):
         n = TINY.max_seq_len
-        await expect_start_fails(ctx, dut, m, 0, NO_WEIGHTS)
+        await expect_start_fails(ctx, dut, m, 0, NO_WEIGHTS | BAD_SHIFT)     # shifts reset to 0
         await load_weights(ctx, dut, m)
         for bad in (0, n + 1, 0xFFFF):
             assert await m.write(ctx, SEQ_LEN, bad) == OKAY
@@ -399,6 +467,16 @@ def test_every_error_cause(timing):
         assert await m.read(ctx, CAUSE) == (STREAM_LONG, OKAY)
         assert (await m.read(ctx, STATUS))[0] & ERROR
         assert await m.write(ctx, CAUSE, 0xFFFFFFFF) == OKAY
+        assert await m.read(ctx, CAUSE) == (0, OKAY)
+        ctx.set(dut.error_cause, ENGINE_FAULT)              # a matrix engine refused a command
+        await pulse(ctx, dut.error_set)
+        assert await m.read(ctx, CAUSE) == (ENGINE_FAULT, OKAY)
+        assert (await m.read(ctx, STATUS))[0] & ERROR
+        assert await m.write(ctx, CAUSE, ~ENGINE_FAULT & 0xFFFFFFFF) == OKAY   # other bits
+        assert await m.read(ctx, CAUSE) == (ENGINE_FAULT, OKAY)
+        assert await m.write(ctx, CAUSE, ENGINE_FAULT) == OKAY
+        assert await m.read(ctx, CAUSE) == (0, OKAY)
+        assert (await m.read(ctx, STATUS))[0] & ERROR == 0
         # Busy: START dropped, parameter/length/window writes dropped.
         assert await m.write(ctx, SEQ_LEN, 3) == OKAY
         assert await m.write(ctx, COMMIT, 1) == OKAY
@@ -459,12 +537,17 @@ def test_wstrb(timing):
         assert await m.write(ctx, SEQ_LEN, 4) == OKAY
         assert await m.write(ctx, CTRL, START | IRQ_EN, strb=0xE) == OKAY
         assert await m.read(ctx, CTRL) == (0, OKAY)
-        # ERROR_CAUSE bits 8/9 sit in byte 1.
-        ctx.set(dut.error_cause, BAD_CROSS | BAD_CAUSAL | BAD_SEQ_LEN)
+        # ERROR_CAUSE bits 8..11 sit in byte 1.
+        ctx.set(dut.error_cause, BAD_CROSS | BAD_CAUSAL | BAD_SHIFT | ENGINE_FAULT | BAD_SEQ_LEN)
         await pulse(ctx, dut.error_set)
         assert await m.write(ctx, CAUSE, 0xFFFF, strb=0x1) == OKAY
-        assert await m.read(ctx, CAUSE) == (BAD_CROSS | BAD_CAUSAL, OKAY)
+        assert await m.read(ctx, CAUSE) == (BAD_CROSS | BAD_CAUSAL | BAD_SHIFT | ENGINE_FAULT,
+                                            OKAY)
         assert await m.write(ctx, CAUSE, BAD_CAUSAL, strb=0x2) == OKAY
+        assert await m.read(ctx, CAUSE) == (BAD_CROSS | BAD_SHIFT | ENGINE_FAULT, OKAY)
+        assert await m.write(ctx, CAUSE, BAD_SHIFT | ENGINE_FAULT, strb=0xD) == OKAY
+        assert await m.read(ctx, CAUSE) == (BAD_CROSS | BAD_SHIFT | ENGINE_FAULT, OKAY)
+        assert await m.write(ctx, CAUSE, BAD_SHIFT | ENGINE_FAULT, strb=0x2) == OKAY
         assert await m.read(ctx, CAUSE) == (BAD_CROSS, OKAY)
         # Window strobes pass through.
         assert await m.write(ctx, 0x10008, 0xCAFEF00D, strb=0x5) == OKAY
@@ -536,6 +619,8 @@ def test_random_against_spec(cfg, timing):
         a &= ~3
         if a in (SEQ_LEN, KV_LEN, KEY_LEN):
             return rng.choice([0, 1, rng.randint(1, 9), 0xFFFF, rng.getrandbits(32)])
+        if a in SHIFTS:     # the edges of 1..62 and random (mostly valid) 6-bit values
+            return rng.choice([0, 1, 62, 63, rng.randint(1, 62), rng.getrandbits(32)])
         if a == CTRL:
             return rng.getrandbits(4) | (START if rng.random() < 0.5 else 0)
         if a == COMMIT:
@@ -546,10 +631,12 @@ def test_random_against_spec(cfg, timing):
         model = SpecModel(cfg, rmap)
         for _ in range(220):
             k = rng.random()
-            if k < 0.08:    # a start attempt with committed weights and likely-valid lengths
+            if k < 0.08:    # a start attempt with committed weights, likely-valid lengths/shifts
+                shifts = [(off, rng.randint(1, 62) if rng.random() < 0.97 else
+                           rng.choice([0, 63])) for off in SHIFTS]
                 for a, d in ((SEQ_LEN, rng.randint(1, cfg.max_seq_len)),
                              (KV_LEN, rng.randint(1, cfg.max_kv_len)),
-                             (KEY_LEN, rng.randint(0, 4)), (COMMIT, 1),
+                             (KEY_LEN, rng.randint(0, 4)), *shifts, (COMMIT, 1),
                              (CTRL, START | rng.getrandbits(4))):
                     assert await m.write(ctx, a, d) == model.write(a, d, 0xF), hex(a)
             elif k < 0.45:
@@ -570,7 +657,7 @@ def test_random_against_spec(cfg, timing):
                 await pulse(ctx, dut.done_set)
                 model.done = 1
             else:
-                cause = rng.getrandbits(10)
+                cause = rng.getrandbits(N_CAUSES)
                 ctx.set(dut.error_cause, cause)
                 await pulse(ctx, dut.error_set)
                 model.engine_error(cause)
@@ -584,3 +671,4 @@ def test_random_against_spec(cfg, timing):
     assert [e[2:] for e in events if e[0] == "wwin"] == model.wwin
     assert model.wwin and (model.starts or cfg.name == "plain"), \
         (len(model.starts), len(model.wwin))
+    assert any(bad & BAD_SHIFT for bad in model.refused), model.refused

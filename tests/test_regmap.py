@@ -79,8 +79,13 @@ def test_fields_as_specified():
                               "ERROR": (2, 1, "w1c"), "WEIGHTS_VALID": (3, 1, "ro")}
     assert [f.name for f in rmap["ERROR_CAUSE"].fields] == [
         "BAD_SEQ_LEN", "BAD_KV_LEN", "BAD_KEY_LEN", "START_WHILE_BUSY", "NO_WEIGHTS",
-        "STREAM_SHORT", "STREAM_LONG", "WRITE_WHILE_BUSY", "BAD_CROSS", "BAD_CAUSAL"]
-    assert [f.lsb for f in rmap["ERROR_CAUSE"].fields] == list(range(10))
+        "STREAM_SHORT", "STREAM_LONG", "WRITE_WHILE_BUSY", "BAD_CROSS", "BAD_CAUSAL",
+        "BAD_SHIFT", "ENGINE_FAULT"]
+    assert [f.lsb for f in rmap["ERROR_CAUSE"].fields] == list(range(12))
+    assert len(ERROR_CAUSES) == 12
+    assert bits("ERROR_CAUSE")["BAD_SHIFT"] == (10, 1, "w1c")
+    assert bits("ERROR_CAUSE")["ENGINE_FAULT"] == (11, 1, "w1c")
+    assert rmap["ERROR_CAUSE"].reset == 0
     assert bits("CONFIG0") == {"D_MODEL": (0, 16, "ro"), "HEADS": (16, 8, "ro"),
                                "ENGINES": (24, 8, "ro")}
     assert bits("CONFIG2")["CROSS_ATTENTION"] == (17, 1, "ro")
@@ -195,6 +200,9 @@ def test_json_matches_header(name, tmp_path):
     assert value("ATTN_CFG_D_MODEL") == cfg.d_model
     assert value("ATTN_CFG_MAX_SEQ_LEN") == cfg.max_seq_len
     assert [c["name"] for c in data["error_causes"]] == [n for n, _ in ERROR_CAUSES]
+    assert [c["bit"] for c in data["error_causes"]] == list(range(12))
+    assert value("ATTN_ERROR_CAUSE_BAD_SHIFT_MASK") == 1 << 10
+    assert value("ATTN_ERROR_CAUSE_ENGINE_FAULT_MASK") == 1 << 11
 
 
 @pytest.mark.skipif(CC is None, reason="no C compiler")
@@ -207,6 +215,9 @@ def test_c_header_compiles_and_runs(name, tmp_path):
     checks = {
         "ATTN_CTRL_OFFSET": 0x8, "ATTN_CTRL_START_MASK": 0x1, "ATTN_CTRL_IRQ_EN_MASK": 0x8,
         "ATTN_STATUS_WEIGHTS_VALID_SHIFT": 3, "ATTN_ERROR_CAUSE_BAD_CAUSAL_MASK": 0x200,
+        "ATTN_ERROR_CAUSE_BAD_SHIFT_MASK": 0x400, "ATTN_ERROR_CAUSE_BAD_SHIFT_SHIFT": 10,
+        "ATTN_ERROR_CAUSE_ENGINE_FAULT_MASK": 0x800, "ATTN_ERROR_CAUSE_ENGINE_FAULT_SHIFT": 11,
+        "ATTN_ERROR_CAUSE_ENGINE_FAULT_WIDTH": 1,
         "ATTN_SEQ_LEN_RESET": cfg.max_seq_len, "ATTN_WEIGHTS_COMMIT_OFFSET": 0x80,
         "ATTN_EXP_SHIFT_OFFSET": 0x6C, "ATTN_WINDOW_BASE": rmap.window_base,
         "ATTN_WINDOW_BO_OFFSET": rmap.region("BO").offset, "ATTN_ADDR_WIDTH": rmap.addr_width,
@@ -238,6 +249,8 @@ def test_markdown_is_current():
     doc = (REPO_ROOT / "docs" / "register_map.md").read_text()
     assert doc == regmap_markdown(cfg_of("default"))
     assert "| 0x080 | `WEIGHTS_COMMIT` | wo |" in doc
+    assert "| 10 | `BAD_SHIFT` | w1c | 0x0 | none |" in doc
+    assert "| 11 | `ENGINE_FAULT` | w1c | 0x0 | none |" in doc
 
 
 def test_cli(tmp_path):

@@ -9,7 +9,9 @@ cycles before each VALID and of READY low on the response channels).
 - ``weights_and_run``: a whole layer loaded through the window (checked word for word against
   ``hw.regmap.pack_window``; only the ends of each region above 2048 words), parameters,
   commit, a run with a small engine model (busy,
-  done_set, cycle counters, irq), then START while busy and an engine STREAM_SHORT error.
+  done_set, cycle counters, irq), then START while busy and an engine STREAM_SHORT error,
+  a run the engine abandons with ENGINE_FAULT, and START refused with BAD_SHIFT for 0 and 63
+  in each shift register (they reset to 0), then a valid run once all are back in 1..62.
 """
 
 from __future__ import annotations
@@ -23,17 +25,19 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly, RisingEdge
 
 from golden import QuantizedLayer, Requant, load_config
-from hw.regmap import build_regmap, pack_window, param_values
+from hw.regmap import ERROR_CAUSES, build_regmap, pack_window, param_values
 from sim.axil import AxiLiteMaster
-from tests.axil_spec import (BUSY, CAUSAL, CAUSE, COMMIT, CROSS, CTRL, CYCLES, BUSY_CYCLES,
-                             DONE, ERROR, IRQ_EN, KEY_LEN, KV_LEN, OKAY, SEQ_LEN, SLVERR,
-                             START, START_WHILE_BUSY, STATUS, STREAM_SHORT, WEIGHTS_VALID,
-                             SpecModel)
+from tests.axil_spec import (BAD_SHIFT, BUSY, CAUSAL, CAUSE, COMMIT, CROSS, CTRL, CYCLES,
+                             BUSY_CYCLES, DONE, ENGINE_FAULT, ERROR, IRQ_EN, KEY_LEN, KV_LEN,
+                             OKAY, PARAMS, SEQ_LEN, SLVERR, START, START_WHILE_BUSY, STATUS,
+                             STREAM_SHORT, WEIGHTS_VALID, SpecModel)
 
 CFG = load_config(os.environ.get("AXIL_CONFIG", "configs/tiny.toml"))
 SEED = int(os.environ.get("AXIL_SEED", "1"))
 DELAY = float(os.environ.get("AXIL_DELAY", "0"))
 RMAP = build_regmap(CFG)
+N_CAUSES = 12
+SHIFTS = [off for off, name in PARAMS.items() if name.endswith("shift")]   # valid: 1..62
 
 
 class AxiLiteTB:
@@ -96,6 +100,7 @@ async def registers_against_spec(dut):
     tb = AxiLiteTB(dut)
     await tb.reset()
     m = tb.master
+    assert len(ERROR_CAUSES) == N_CAUSES and len(dut.error_cause.value) == N_CAUSES
     for reg in RMAP:
         assert await m.read(reg.offset) == (reg.reset, OKAY), reg.name
 
@@ -118,14 +123,18 @@ async def registers_against_spec(dut):
                                rng.getrandbits(32)])
         if a == CTRL:
             return rng.getrandbits(4)
+        if a in SHIFTS:     # the edges of 1..62 and random (mostly valid) 6-bit values
+            return rng.choice([0, 1, 62, 63, rng.randint(1, 62), rng.getrandbits(32)])
         return rng.getrandbits(32)
 
     for _ in range(250):
         k = rng.random()
-        if k < 0.08:
+        if k < 0.08:    # a start attempt: committed weights, likely-valid lengths and shifts
+            shifts = [(off, rng.randint(1, 62) if rng.random() < 0.97 else rng.choice([0, 63]))
+                      for off in SHIFTS]
             for a, d in ((SEQ_LEN, rng.randint(1, CFG.max_seq_len)),
                          (KV_LEN, rng.randint(1, CFG.max_kv_len)),
-                         (KEY_LEN, rng.randint(0, 2)), (COMMIT, 1),
+                         (KEY_LEN, rng.randint(0, 2)), *shifts, (COMMIT, 1),
                          (CTRL, START | rng.getrandbits(4))):
                 assert await m.write(a, d) == model.write(a, d, 0xF), hex(a)
         elif k < 0.45:
@@ -143,7 +152,7 @@ async def registers_against_spec(dut):
             await tb.pulse("done_set")
             model.done = 1
         else:
-            cause = rng.getrandbits(10)
+            cause = rng.getrandbits(N_CAUSES)
             await tb.pulse("error_set", error_cause=cause)
             model.engine_error(cause)
         await ReadOnly()
@@ -151,8 +160,9 @@ async def registers_against_spec(dut):
     await ClockCycles(dut.clk, 3)
     assert len(tb.starts) == len(model.starts) > 0, (len(tb.starts), len(model.starts))
     assert tb.wwin == model.wwin and model.wwin
-    dut._log.info("%d starts, %d window writes, final causes %#x", len(model.starts),
-                  len(model.wwin), model.causes)
+    assert any(bad & BAD_SHIFT for bad in model.refused), model.refused
+    dut._log.info("%d starts, %d refused, %d window writes, final causes %#x",
+                  len(model.starts), len(model.refused), len(model.wwin), model.causes)
 
 
 def random_layer(rng: np.random.Generator) -> QuantizedLayer:
@@ -166,15 +176,21 @@ def random_layer(rng: np.random.Generator) -> QuantizedLayer:
                           exp_shift=int(rng.integers(1, 63)))
 
 
-async def engine_run(tb, run_cycles: int, busy_cycles: int):
-    """A stand-in engine: busy from the cycle after start for ``run_cycles``, then done."""
+async def engine_run(tb, run_cycles: int, busy_cycles: int, fault: bool = False):
+    """A stand-in engine: busy from the cycle after start for ``run_cycles``, then done (or,
+    with ``fault``, the run abandoned with ERROR_CAUSE.ENGINE_FAULT and no done)."""
     n = len(tb.starts)
     while len(tb.starts) == n:
         await RisingEdge(tb.dut.clk)
     await tb.drive(busy=1)
     await ClockCycles(tb.dut.clk, run_cycles)
-    await tb.drive(busy=0, done_set=1, cycles=run_cycles + 1, busy_cycles=busy_cycles)
-    await tb.drive(done_set=0)
+    if fault:
+        await tb.drive(busy=0, error_set=1, error_cause=ENGINE_FAULT, cycles=run_cycles + 1,
+                       busy_cycles=busy_cycles)
+        await tb.drive(error_set=0, error_cause=0)
+    else:
+        await tb.drive(busy=0, done_set=1, cycles=run_cycles + 1, busy_cycles=busy_cycles)
+        await tb.drive(done_set=0)
 
 
 @cocotb.test()
@@ -182,6 +198,12 @@ async def weights_and_run(dut):
     tb = AxiLiteTB(dut)
     await tb.reset()
     m = tb.master
+    # Committed weights and valid lengths, but the shift registers at their reset value 0.
+    assert await m.write(COMMIT, 1) == OKAY
+    assert await m.write(CTRL, START) == OKAY
+    assert await m.read(CAUSE) == (BAD_SHIFT, OKAY)
+    assert await m.write(CAUSE, BAD_SHIFT) == OKAY
+    assert await m.read(STATUS) == (WEIGHTS_VALID, OKAY)
     layer = random_layer(np.random.default_rng(SEED))
     image = pack_window(RMAP, layer)
     if len(image) <= 2048:
@@ -240,3 +262,43 @@ async def weights_and_run(dut):
     assert await m.write(STATUS, DONE | ERROR) == OKAY
     assert await m.read(STATUS) == (WEIGHTS_VALID, OKAY)
     assert len(tb.starts) == 2
+
+    # A third run: a matrix engine rejects a command and the engine abandons the run.
+    engine = cocotb.start_soon(engine_run(tb, 20, 5, fault=True))
+    assert await m.write(CTRL, START | IRQ_EN) == OKAY
+    await engine
+    assert await m.read(STATUS) == (ERROR | WEIGHTS_VALID, OKAY)
+    assert await m.read(CAUSE) == (ENGINE_FAULT, OKAY)
+    assert dut.irq.value == 1
+    assert await m.write(CAUSE, ENGINE_FAULT) == OKAY
+    assert await m.read(STATUS) == (WEIGHTS_VALID, OKAY)
+    assert dut.irq.value == 0
+    assert len(tb.starts) == 3
+
+    # BAD_SHIFT: 0 and 63 in each shift register, one at a time (with the weights committed).
+    values = param_values(RMAP, layer)
+    shift_regs = [r for r in RMAP if r.name.endswith("_SHIFT")]
+    assert [r.offset for r in shift_regs] == SHIFTS
+    for reg in shift_regs:
+        for bad in (0, 63):
+            assert await m.write(reg.offset, bad) == OKAY
+            assert await m.write(COMMIT, 1) == OKAY
+            assert await m.write(CTRL, START | IRQ_EN) == OKAY
+            assert await m.read(CAUSE) == (BAD_SHIFT, OKAY), (reg.name, bad)
+            assert await m.write(CAUSE, BAD_SHIFT) == OKAY
+            assert await m.read(STATUS) == (WEIGHTS_VALID, OKAY)
+        assert await m.write(reg.offset, values[reg.name]) == OKAY
+    await ClockCycles(dut.clk, 3)
+    assert len(tb.starts) == 3
+    assert await m.write(COMMIT, 1) == OKAY
+    # Every shift back in 1..62: START goes through.
+    engine = cocotb.start_soon(engine_run(tb, 10, 4))
+    assert await m.write(CTRL, START | IRQ_EN) == OKAY
+    polls = 0
+    while not (await m.read(STATUS))[0] & DONE:
+        polls += 1
+        assert polls < 100, "run never finished"
+    await engine
+    assert await m.read(CAUSE) == (0, OKAY)
+    assert await m.read(STATUS) == (DONE | WEIGHTS_VALID, OKAY)
+    assert len(tb.starts) == 4
