@@ -30,9 +30,9 @@ def top_verilog(cfg) -> tuple:
     folder = BUILD_ROOT / "verilog" / f"top-{cfg.name}-{key}"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.toml").write_text(toml)
-    path = folder / "attention_top.v"
-    if not path.exists():
-        write_verilog(AttentionTop(cfg), "attention_top", path)
+    # Regenerated every time (a few seconds): the file only changes when the hardware does,
+    # and the simulator builds are keyed on its contents.
+    path = write_verilog(AttentionTop(cfg), "attention_top", folder / "attention_top.v")
     return path, folder / "config.toml"
 
 
