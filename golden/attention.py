@@ -119,6 +119,10 @@ def check_run_args(cfg: AttentionConfig, x, kv, causal: bool, kv_len) -> tuple:
         raise ValueError(f"seq_len = {x.shape[0]} is out of range: allowed 1..{cfg.max_seq_len}")
     alim = 1 << (cfg.act_bits - 1)
     if kv is None:
+        if x.shape[0] > cfg.max_kv_len:
+            raise ValueError(
+                f"seq_len = {x.shape[0]} is out of range for self-attention: allowed "
+                f"1..{min(cfg.max_seq_len, cfg.max_kv_len)} (the queries are also the keys)")
         kv = x
     else:
         if not cfg.cross_attention:

@@ -322,7 +322,7 @@ class AttentionCore(wiring.Component):
         s1_b_lane = Signal.like(b_lane)
         s1_amask = Signal(R)
         s1_bmask = Signal(C)
-        s1_attn_e = Signal(range(E))
+        s1_attn_e = Signal(range(max(E, 2)))
         s1_src_a = Signal(3)
         s1_src_b = Signal(2)
 
@@ -569,7 +569,7 @@ class AttentionCore(wiring.Component):
         o_issue = Signal()
         cap_valid = Signal()
         cap_k = Signal(2)
-        cap_e = Signal(range(E))
+        cap_e = Signal(range(max(E, 2)))
         cap_c = Signal(range(C))
         beat = Signal(32)
         beat_valid = Signal()

@@ -287,6 +287,9 @@ class AxiLiteRegs(wiring.Component):
         cross_new = written(ctrl, ctrl.field("CROSS"))
         seq_len, kv_len, key_len = self.seq_len, self.kv_len, self.key_len
         bad_seq = (seq_len == 0) | (seq_len > cfg.max_seq_len)
+        if cfg.max_kv_len < cfg.max_seq_len:
+            # Self-attention's keys are its queries: they must fit the key buffers too.
+            bad_seq = bad_seq | (~cross_new & (seq_len > cfg.max_kv_len))
         bad_kv = cross_new & ((kv_len == 0) | (kv_len > cfg.max_kv_len))
         key_rows = Mux(cross_new, kv_len, seq_len)
         # A key count is only judged against a valid row count.

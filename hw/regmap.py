@@ -59,7 +59,8 @@ RESP_SLVERR = 2
 
 # ERROR_CAUSE bits, in bit order, with what raises each one.
 ERROR_CAUSES = (
-    ("BAD_SEQ_LEN", "START with SEQ_LEN outside 1..max_seq_len"),
+    ("BAD_SEQ_LEN", "START with SEQ_LEN outside 1..max_seq_len, or (self-attention, where "
+                    "the queries are also the keys) above max_kv_len"),
     ("BAD_KV_LEN", "START in CROSS mode with KV_LEN outside 1..max_kv_len"),
     ("BAD_KEY_LEN", "START with KEY_LEN larger than the key rows (KV_LEN in CROSS mode, "
                     "else SEQ_LEN)"),

@@ -125,4 +125,6 @@ LINT_WAIVERS = {
     "WIDTHTRUNC": "Amaranth's assignments truncate implicitly, as its semantics define",
     "CASEINCOMPLETE": "Yosys emits case statements whose default is the preceding assignment",
     "PINCONNECTEMPTY": "Yosys leaves unused output pins of memories unconnected",
+    "PROCASSINIT": "Yosys declares registers with their reset value and assigns them in always",
+    "STMTDLY": "the `initial #0` of the Icarus time-0 fix above (ignored under --no-timing)",
 }

@@ -97,7 +97,7 @@ def run_cocotb(*, sources: list[Path], toplevel: str, test_module: str, simulato
     digest = hashlib.sha256()
     for s in sources:
         digest.update(s.read_bytes())
-    digest.update(repr((toplevel, args)).encode())
+    digest.update(repr((toplevel, args, os.environ.get("MAKEFLAGS", ""))).encode())
     build_dir = BUILD_ROOT / simulator / f"{_slug(toplevel)}-{digest.hexdigest()[:16]}"
     run_dir = BUILD_ROOT / "runs" / simulator / _slug(run_name)
     if run_dir.exists():

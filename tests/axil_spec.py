@@ -116,7 +116,7 @@ class SpecModel:
         c, cross = self.cfg, bool(ctrl & CROSS)
         seq, kv, key = self.rw[SEQ_LEN], self.rw[KV_LEN], self.rw[KEY_LEN]
         bad = 0
-        seq_ok = 1 <= seq <= c.max_seq_len
+        seq_ok = 1 <= seq <= c.max_seq_len and (cross or seq <= c.max_kv_len)
         kv_ok = 1 <= kv <= c.max_kv_len
         if not seq_ok:
             bad |= BAD_SEQ_LEN

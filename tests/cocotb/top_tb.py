@@ -45,9 +45,10 @@ def check(res, run, what):
 
 
 S, KV = CFG.max_seq_len, CFG.max_kv_len
-SPECS = [dict(seq=S), dict(seq=1), dict(seq=3 if S > 3 else 1, causal=CFG.causal_mask),
-         dict(seq=S, causal=CFG.causal_mask, key_len=max(1, S // 2)),
-         dict(seq=max(1, S - 1), key_len=1)]
+SS = min(S, KV)          # self-attention: the queries are also the keys
+SPECS = [dict(seq=SS), dict(seq=1), dict(seq=3 if SS > 3 else 1, causal=CFG.causal_mask),
+         dict(seq=SS, causal=CFG.causal_mask, key_len=max(1, SS // 2)),
+         dict(seq=max(1, SS - 1), key_len=1)]
 if CFG.cross_attention:
     SPECS += [dict(seq=max(1, S // 2), kv=KV), dict(seq=S, kv=1),
               dict(seq=S, kv=max(1, KV - 3), causal=CFG.causal_mask, key_len=max(1, KV - 4))]
@@ -88,12 +89,14 @@ async def errors_recover(dut):
     cases = [
         ("BAD_SEQ_LEN", dict(seq_len=0)),
         ("BAD_SEQ_LEN", dict(seq_len=S + 1)),
-        ("BAD_KEY_LEN", dict(key_len=S + 1)),
+        ("BAD_KEY_LEN", dict(key_len=SS + 1)),
         # tlast two words early.
         ("STREAM_SHORT", dict(words=pack_rows(run["x"])[:n_x - 2])),
         # One row and a word too many, tlast only on the final word.
         ("STREAM_LONG", dict(words=pack_rows(run["x"]) + pack_rows(run["x"][:1]) + [0])),
     ]
+    if SS < S:
+        cases.append(("BAD_SEQ_LEN", dict(seq_len=SS + 1)))
     if CFG.cross_attention:
         cases.append(("BAD_KV_LEN", dict(kv=run["x"], kv_len=KV + 1)))
         cases.append(("BAD_KV_LEN", dict(kv=run["x"], kv_len=0)))
