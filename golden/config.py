@@ -220,8 +220,17 @@ class AttentionConfig:
 
     @property
     def exp_bits(self) -> int:
-        """Fraction bits of an exponential E = 2^-u (UQ1.exp_bits, E <= 1.0)."""
-        return self.prob_bits + _clog2(self.max_kv_len) + 3
+        """Fraction bits of an exponential E = 2^-u (UQ1.exp_bits, E <= 1.0).
+
+        ``prob_bits + max(clog2(max_kv_len), 5) + 3``: the smallest E that still matters is
+        about 2^-prob_bits / max_kv_len of the row sum, and three guard bits keep the rounding
+        of max_kv_len small terms below the output LSB. The floor of 5 is for short rows
+        (max_kv_len < 32): their probabilities are large, so E's relative rounding error
+        (0.5 LSB of E over the second-largest term) shows up as misrounded outputs near ties;
+        with clog2(8) = 3 alone, tiny's correctly-rounded share lost ~0.1 point
+        (docs/numerics.md, "Softmax accuracy"). Configs with max_kv_len >= 32 are unaffected.
+        """
+        return self.prob_bits + max(_clog2(self.max_kv_len), 5) + 3
 
     @property
     def sum_bits(self) -> int:

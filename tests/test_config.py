@@ -95,6 +95,16 @@ def test_derived_widths_of_tiny():
     cfg = load_config(REPO / "configs/tiny.toml")
     # 8 products of two int8 reach 8 * 2^14 = 2^17: 18 magnitude bits + sign.
     assert cfg.score_bits == 19
-    assert cfg.exp_bits == 8 + 3 + 3
+    # exp_bits = B + max(clog2 N, 5) + 3: short rows get the floor of 5.
+    assert cfg.exp_bits == 8 + 5 + 3
     assert cfg.sum_bits == cfg.exp_bits + 3 + 1
-    assert cfg.exp_interp_bits == cfg.exp_frac_bits - 4
+    assert (cfg.exp_frac_bits, cfg.exp_table_size) == (12, 32)
+    assert cfg.exp_interp_bits == 12 - 5
+
+
+@pytest.mark.parametrize("kv_len, exp_bits", [(2, 16), (8, 16), (16, 16), (31, 16), (32, 16),
+                                              (33, 17), (128, 18), (512, 20)])
+def test_exp_bits_floor_for_short_rows(kv_len, exp_bits):
+    cfg = load_config(REPO / "configs/default.toml").replace(
+        max_kv_len=kv_len, max_seq_len=kv_len, array_rows=2, array_cols=2)
+    assert cfg.exp_bits == exp_bits
