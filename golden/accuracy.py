@@ -386,6 +386,11 @@ def run(out_dir: Path, rows_per_case: int = 400, seed: int = 0,
         "seed": seed,
     }
     report.update({k: ov[k] for k in SOFTMAX_TARGETS})
+    # Whole-layer headline figures: the worst over every configuration and mode (each
+    # configuration's own figures and bounds are under "layer").
+    report["layer_cosine_min"] = min(r["layer_cosine_min"] for r in layers.values())
+    report["layer_max_abs_err"] = max(r["layer_max_abs_err"] for r in layers.values())
+    report["layer_rel_err"] = max(r["layer_rel_err"] for r in layers.values())
     report["misses"] = check_bounds(report)
     (out_dir / "accuracy.json").write_text(json.dumps(report, indent=2) + "\n")
     return report

@@ -72,3 +72,7 @@ def test_run_writes_json_and_plot(tmp_path):
     assert (tmp_path / "softmax_error.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert set(data["layer"]["default"]["modes"]) == {"plain", "key_padding", "causal", "cross"}
     assert set(data["layer"]["bert-base"]["modes"]) == {"plain", "key_padding", "causal"}
+    # The headline layer figures are the worst over every configuration.
+    assert data["layer_cosine_min"] == min(r["layer_cosine_min"] for r in data["layer"].values())
+    assert data["layer_max_abs_err"] == max(r["layer_max_abs_err"]
+                                            for r in data["layer"].values())
