@@ -3,8 +3,8 @@
 # make test                              the whole regression (pytest -n auto)
 # make accuracy                          build/accuracy/accuracy.json and a plot
 # make lint                              verilator --lint-only -Wall of every generated block
-# make bench                             cycle benchmarks (build/bench/)
-# make synth                             Yosys/nextpnr resource and timing reports
+# make bench [CONFIG=...]                cycle benchmarks: matrix engine, softmax, whole layer
+# make synth-blocks [CONFIG=...]         ECP5 resources of the matrix engine and softmax unit
 
 SHELL   := /bin/bash
 PYTHON  ?= python3
@@ -14,12 +14,12 @@ STAMP   := $(VENV)/.installed
 CONFIG  ?= configs/default.toml
 JOBS    ?= auto
 
-.PHONY: .simulators all setup verilog test test-fast accuracy lint bench synth clean distclean help
+.PHONY: .simulators all setup verilog test test-fast accuracy lint bench synth-blocks clean distclean help
 
 all: verilog
 
 help:
-	@sed -n '1,8p' Makefile
+	@sed -n '1,9p' Makefile
 
 setup: $(STAMP) .simulators
 
@@ -51,10 +51,13 @@ lint: setup
 	$(PY) -m hw lint --config $(CONFIG) --out build/lint
 
 bench: setup
-	$(PY) -m sim.bench --config $(CONFIG) --out build/bench
+	$(PY) -m sim.bench_matmul --config $(CONFIG)
+	$(PY) -m sim.bench_softmax --config $(CONFIG)
+	$(PY) -m sim.bench_layer --config $(CONFIG) --engines 1 $(shell $(PY) -c "import golden; print(golden.load_config('$(CONFIG)').engines)") --out build/bench/layer.json
 
-synth: setup
-	$(PY) -m hw synth --config $(CONFIG) --target $(or $(TARGET),ecp5) --out build/synth
+synth-blocks: setup
+	$(PY) -m sim.synth_matmul --config $(CONFIG)
+	$(PY) -m sim.synth_softmax --config $(CONFIG)
 
 clean:
 	rm -rf build sim_build .pytest_cache

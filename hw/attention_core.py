@@ -255,6 +255,9 @@ class AttentionCore(wiring.Component):
         job_k = Signal(max(lb, d.bit_length()) + 1)
         job_lh = Signal(range(G + 1))
         job_go = Signal()          # one-cycle pulse: a job starts
+        # Rows of scores written, and rows of P written, per engine (phase overlap).
+        score_rows = [Signal(range(SEQ + 1), name=f"score_rows{e}") for e in range(E)]
+        prob_rows = [Signal(range(SEQ + 1), name=f"prob_rows{e}") for e in range(E)]
 
         # ------------------------------------------------------------ command issue
         cmd_pending = Signal(E)
@@ -329,9 +332,14 @@ class AttentionCore(wiring.Component):
         last_kk = f_kk + 1 >= job_k
         last_tn = col0 + C >= job_n
         last_tm = row0 + R >= job_m
+        # P.V starts while the softmax unit is still working: a row tile of P is fetched only
+        # once every engine has written all of its rows (prob_rows counts rows in order).
+        p_ready = Cat(*[(row0 + R <= n) | (n >= job_m) for n in prob_rows]).all()
+        f_go = Signal()
+        m.d.comb += f_go.eq(f_active & ((job_a != A_P) | p_ready))
         with m.If(advance):
-            m.d.sync += s1_valid.eq(f_active)
-            with m.If(f_active):
+            m.d.sync += s1_valid.eq(f_go)
+            with m.If(f_go):
                 m.d.sync += [
                     s1_a_lane.eq(a_lane), s1_b_lane.eq(b_lane),
                     s1_amask.eq(Cat(*[row0 + r < job_m for r in range(R)])),
@@ -486,6 +494,10 @@ class AttentionCore(wiring.Component):
             ]
             with m.If(res.valid & res.payload.last):
                 m.d.sync += res_done[e].eq(1)
+            # Scores arrive tile by tile (row tiles outer): a row is complete with its beat of
+            # the last column tile. The softmax feeder follows this count.
+            with m.If(res.valid & (job_dst == D_S) & (res.payload.col + C >= job_n)):
+                m.d.sync += score_rows[e].eq(score_rows[e] + 1)
 
         # ------------------------------------------------------------ softmax feed
         sf_active = Signal()
@@ -516,9 +528,12 @@ class AttentionCore(wiring.Component):
                             w = (g * L + lane) * SB
                             m.d.comb += sm.scores.payload.data[lane].eq(
                                 s_rps[e].data[w:w + SB].as_signed())
+        # Feed a row only once every engine has written all of its scores.
+        sf_go = Signal()
+        m.d.comb += sf_go.eq(sf_active & Cat(*[sf_i < n for n in score_rows]).all())
         with m.If(s_adv):
-            m.d.sync += ss1_valid.eq(sf_active)
-            with m.If(sf_active):
+            m.d.sync += ss1_valid.eq(sf_go)
+            with m.If(sf_go):
                 m.d.sync += [ss1_row.eq(sf_i), ss1_last.eq(sf_last),
                              ss1_sel.eq(((sf_b * L) % C) // L), sf_b.eq(sf_b + 1)]
                 with m.If(sf_last):
@@ -527,7 +542,6 @@ class AttentionCore(wiring.Component):
                         m.d.sync += sf_active.eq(0)
 
         # Softmax results into P.
-        sm_rows_done = Signal(range(SEQ + 1))
         for e, sm in enumerate(softmaxes):
             pr = sm.probs
             m.d.comb += pr.ready.eq(1)
@@ -540,9 +554,8 @@ class AttentionCore(wiring.Component):
                              pw[r].en.eq(pr.valid & (i % R == r))]
             with m.If(pr.valid):
                 m.d.sync += pw_b.eq(Mux(pr.payload.last, 0, pw_b + 1))
-                if e == 0:
-                    with m.If(pr.payload.last):
-                        m.d.sync += sm_rows_done.eq(sm_rows_done + 1)
+                with m.If(pr.payload.last):
+                    m.d.sync += prob_rows[e].eq(prob_rows[e] + 1)
 
         # ------------------------------------------------------------ input loader
         ld_i = Signal(range(max(SEQ, KV) + 1))
@@ -637,6 +650,11 @@ class AttentionCore(wiring.Component):
 
         m.d.sync += engine_flush.eq(fault)
 
+        def start_softmax_feed():
+            m.d.sync += [sf_active.eq(1), sf_i.eq(0), sf_b.eq(0),
+                         sf_nb.eq((kvrows + L - 1) // L)]
+            m.d.sync += [n.eq(0) for n in prob_rows + score_rows]
+
         def abandon_on_fault():
             with m.If(fault):
                 m.d.comb += [self.error.eq(1),
@@ -700,6 +718,7 @@ class AttentionCore(wiring.Component):
                             m.d.sync += [job_a.eq(A_Q), job_b.eq(B_K), job_bias.eq(0),
                                          job_rq.eq(RQ_NONE), job_dst.eq(D_S), job_m.eq(seq),
                                          job_n.eq(kvrows), job_k.eq(dk)]
+                            start_softmax_feed()
                             m.next = "SCORES"
                         with m.Else():
                             m.d.sync += [g.eq(g + 1), job_lh.eq(g + 1), pj.eq(0), job_go.eq(1),
@@ -713,13 +732,8 @@ class AttentionCore(wiring.Component):
                                      job_dst.eq(Mux(pj == 0, D_K, D_V))]
                 abandon_on_fault()
             with m.State("SCORES"):
+                # The softmax unit works on rows as soon as their scores are written.
                 with m.If(job_done & ~job_go):
-                    m.d.sync += [sf_active.eq(1), sf_i.eq(0), sf_b.eq(0),
-                                 sf_nb.eq((kvrows + L - 1) // L), sm_rows_done.eq(0)]
-                    m.next = "SOFTMAX"
-                abandon_on_fault()
-            with m.State("SOFTMAX"):
-                with m.If(~sf_active & (sm_rows_done == seq)):
                     m.d.sync += [job_go.eq(1), job_a.eq(A_P), job_b.eq(B_V), job_bias.eq(0),
                                  job_rq.eq(RQ_PV), job_dst.eq(D_ATTN), job_m.eq(seq),
                                  job_n.eq(dk), job_k.eq(kvrows)]
@@ -738,6 +752,7 @@ class AttentionCore(wiring.Component):
                                      job_a.eq(A_Q), job_b.eq(B_K), job_bias.eq(0),
                                      job_rq.eq(RQ_NONE), job_dst.eq(D_S), job_m.eq(seq),
                                      job_n.eq(kvrows), job_k.eq(dk)]
+                        start_softmax_feed()
                         m.next = "SCORES"
                 abandon_on_fault()
             with m.State("OPROJ"):

@@ -54,7 +54,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     try:
         base = load_config(args.config)
-        engines = args.engines or [base.engines]
+        engines = sorted(set(args.engines or [base.engines]))
         cfgs = [base.replace(engines=e) for e in engines]
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
