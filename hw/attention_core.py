@@ -580,6 +580,7 @@ class AttentionCore(wiring.Component):
         o_col = Signal(range(d + 1))
         o_k = Signal(2)
         o_issue = Signal()
+        o_stream_ok = Signal()
         cap_valid = Signal()
         cap_k = Signal(2)
         cap_e = Signal(range(max(E, 2)))
@@ -601,25 +602,27 @@ class AttentionCore(wiring.Component):
         m.d.comb += [self.y_out.valid.eq(beat_valid),
                      self.y_out.payload.data.eq(beat),
                      self.y_out.payload.last.eq(beat_last)]
-        o_hold = Signal()
+        # One byte read per cycle; bytes 0-2 of a word collect in `assemble`, byte 3 completes
+        # the word straight into `beat`. Byte 3 is read only when `beat` will be free by then,
+        # so an always-ready sink gets a word every 4 cycles.
+        assemble = Signal(24)
+        m.d.comb += o_stream_ok.eq((o_k != 3) | ~beat_valid | self.y_out.ready)
         m.d.sync += cap_valid.eq(o_issue)
         with m.If(o_issue):
             m.d.sync += [cap_k.eq(o_k), cap_e.eq(oh % E), cap_c.eq(och % C),
                          o_k.eq(o_k + 1), o_col.eq(o_col + 1)]
-            with m.If(o_k == 3):
-                m.d.sync += o_hold.eq(1)
             with m.If(o_col + 1 == d):
                 m.d.sync += [o_col.eq(0), o_i.eq(o_i + 1)]
+        with m.If(self.y_out.valid & self.y_out.ready):
+            m.d.sync += beat_valid.eq(0)
         with m.If(cap_valid):
             with m.Switch(cap_k):
-                for k in range(4):
+                for k in range(3):
                     with m.Case(k):
-                        m.d.sync += beat[8 * k:8 * k + 8].eq(o_byte)
-            with m.If(cap_k == 3):
-                m.d.sync += [beat_valid.eq(1),
-                             beat_last.eq((o_i == seq) & (o_col == 0))]
-        with m.If(self.y_out.valid & self.y_out.ready):
-            m.d.sync += [beat_valid.eq(0), o_hold.eq(0)]
+                        m.d.sync += assemble[8 * k:8 * k + 8].eq(o_byte)
+                with m.Case(3):
+                    m.d.sync += [beat.eq(Cat(assemble, o_byte)), beat_valid.eq(1),
+                                 beat_last.eq((o_i == seq) & (o_col == 0))]
 
         # ------------------------------------------------------------ counters
         running = Signal()
@@ -758,14 +761,13 @@ class AttentionCore(wiring.Component):
             with m.State("OPROJ"):
                 with m.If(job_done & ~job_go):
                     with m.If(g + 1 == G):
-                        m.d.sync += [o_i.eq(0), o_col.eq(0), o_k.eq(0), o_hold.eq(0)]
+                        m.d.sync += [o_i.eq(0), o_col.eq(0), o_k.eq(0)]
                         m.next = "STREAM"
                     with m.Else():
                         m.d.sync += [g.eq(g + 1), job_lh.eq(g + 1), job_go.eq(1)]
                 abandon_on_fault()
             with m.State("STREAM"):
-                # Issue four byte reads per word, then hold until the word has been taken.
-                m.d.comb += o_issue.eq(~o_hold & (o_i < seq))
+                m.d.comb += o_issue.eq(o_stream_ok & (o_i < seq))
                 with m.If(self.y_out.valid & self.y_out.ready & beat_last):
                     m.d.comb += self.done.eq(1)
                     m.d.sync += running.eq(0)
