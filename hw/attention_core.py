@@ -356,6 +356,15 @@ class AttentionCore(wiring.Component):
         with m.If(job_go):
             m.d.sync += [f_active.eq(1), f_tm.eq(0), f_tn.eq(0), f_kk.eq(0)]
 
+        def select(name, shape, sel, choices):
+            """A signal equal to ``choices[sel]`` (a dict from selector codes to values)."""
+            val = Signal(shape, name=name)
+            with m.Switch(sel):
+                for code, value in choices.items():
+                    with m.Case(code):
+                        m.d.comb += val.eq(value)
+            return val
+
         def byte_of(word, idx, nbytes, width=8):
             """Element ``idx`` (a Signal) of a word of ``nbytes`` elements of ``width`` bits."""
             sel = Signal(width)
@@ -398,32 +407,18 @@ class AttentionCore(wiring.Component):
                     for ee in range(E):
                         with m.Case(ee):
                             m.d.comb += ab.eq(byte_of(attn_rp[ee][r].data, s1_a_lane, C))
-                val = Signal(signed(a_width), name=f"a{e}_{r}")
-                with m.Switch(s1_src_a):
-                    with m.Case(A_X):
-                        m.d.comb += val.eq(xb.as_signed())
-                    with m.Case(A_KV):
-                        m.d.comb += val.eq(kvb.as_signed())
-                    with m.Case(A_Q):
-                        m.d.comb += val.eq(qb.as_signed())
-                    with m.Case(A_P):
-                        m.d.comb += val.eq(pb)           # unsigned probability
-                    with m.Case(A_ATTN):
-                        m.d.comb += val.eq(ab.as_signed())
+                val = select(f"a{e}_{r}", signed(a_width), s1_src_a, {
+                    A_X: xb.as_signed(), A_KV: kvb.as_signed(), A_Q: qb.as_signed(),
+                    A_P: pb,                     # unsigned probability
+                    A_ATTN: ab.as_signed()})
                 m.d.comb += eng.a.payload[r].eq(Mux(s1_amask[r], val, 0))
             b_width = eng.b.payload.shape().elem_shape.width
             for c in range(C):
                 wb = byte_of(w_rp.data[32 * c:32 * (c + 1)], s1_b_lane, 4)
                 kb = byte_of(k_rp[c].data, s1_b_lane, C)
                 vb = v_rp.data[8 * c:8 * (c + 1)]
-                val = Signal(signed(b_width), name=f"b{e}_{c}")
-                with m.Switch(s1_src_b):
-                    with m.Case(B_W):
-                        m.d.comb += val.eq(wb.as_signed())
-                    with m.Case(B_K):
-                        m.d.comb += val.eq(kb.as_signed())
-                    with m.Case(B_V):
-                        m.d.comb += val.eq(vb.as_signed())
+                val = select(f"b{e}_{c}", signed(b_width), s1_src_b, {
+                    B_W: wb.as_signed(), B_K: kb.as_signed(), B_V: vb.as_signed()})
                 m.d.comb += eng.b.payload[c].eq(Mux(s1_bmask[c], val, 0))
             m.d.comb += [eng.a.valid.eq(op_valids[e]), eng.b.valid.eq(op_valids[e])]
 
