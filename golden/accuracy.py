@@ -360,7 +360,7 @@ def run(out_dir: Path, rows_per_case: int = 400, seed: int = 0,
     out_dir.mkdir(parents=True, exist_ok=True)
     cfgs = shipped_configs()
     t0 = time.perf_counter()
-    # Softmax on tiny (lengths 1..8) and default (1..128); bert-base (1..512) shares the
+    # Softmax on tiny (lengths 1..8) and default (1..64); bert-base (1..512) shares the
     # datapath widths except exp_bits/sum_bits, which grow with max_kv_len, so it is run too.
     sm = softmax_accuracy(list(cfgs.values()), rows_per_case, seed, keep_errors=True)
     errors = sm.pop("errors")
