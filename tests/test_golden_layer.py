@@ -163,3 +163,4 @@ def test_quantized_layer_within_documented_bound(cfg, seqs, calib):
     b = LAYER_BOUNDS[cfg.name]
     assert r["layer_cosine_min"] >= b["cosine_min"], r["modes"]
     assert r["layer_rel_err"] <= b["rel_err_max"], r["modes"]
+    assert r["layer_saturated_pct"] <= b["saturated_pct_max"], r["modes"]
