@@ -54,15 +54,18 @@ class AttentionDriver:
     """Drives one ``attention_top`` instance.
 
     ``idle`` and ``backpressure`` are the probabilities of an idle cycle on the input stream
-    and of ``tready`` low on the output stream; ``seed`` makes them repeatable.
+    and of ``tready`` low on the output stream; ``bus_delay`` randomises the AXI4-Lite
+    master's valid/ready timing (see :class:`sim.axil.AxiLiteMaster`); ``seed`` makes them
+    repeatable.
     """
 
     def __init__(self, dut, cfg: AttentionConfig, *, idle: float = 0.0,
-                 backpressure: float = 0.0, seed: int = 0, period_ns: int = 10):
+                 backpressure: float = 0.0, bus_delay: float = 0.0, seed: int = 0,
+                 period_ns: int = 10):
         self.dut, self.cfg = dut, cfg
         self.rmap = build_regmap(cfg)
         self.period_ns = period_ns
-        self.bus = AxiLiteMaster(dut, dut.clk, prefix="s_axi")
+        self.bus = AxiLiteMaster(dut, dut.clk, prefix="s_axi", delay=bus_delay, seed=seed)
         self.source = AxisSource(dut, dut.clk, "s_axis", idle=idle, seed=seed)
         self.sink = AxisSink(dut, dut.clk, "m_axis", backpressure=backpressure, seed=seed + 1)
 

@@ -24,7 +24,8 @@ BACKPRESSURE = float(os.environ.get("ATTN_BACKPRESSURE", "0"))
 
 
 def driver(dut, seed_offset=0):
-    return AttentionDriver(dut, CFG, idle=IDLE, backpressure=BACKPRESSURE,
+    # The stall runs also randomise the AXI4-Lite handshakes.
+    return AttentionDriver(dut, CFG, idle=IDLE, backpressure=BACKPRESSURE, bus_delay=IDLE,
                            seed=SEED + seed_offset)
 
 
