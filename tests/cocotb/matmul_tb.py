@@ -11,13 +11,12 @@ import os
 
 import cocotb
 import numpy as np
-from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly, RisingEdge
+from cocotb.triggers import FallingEdge, ReadOnly
 
 from golden import load_config
 from hw.matmul import MatmulEngine
 from hw.perf import matmul_cycles
-from tests.cocotb.streams import (StreamSink, StreamSource, pack_array, pack_fields,
+from tests.cocotb.streams import (clock_and_reset, StreamSink, StreamSource, pack_array, pack_fields,
                                   run_streams, unpack_array)
 from tests.matmul_vectors import expected_rows, extreme_case, operand_beats, random_case
 
@@ -48,11 +47,7 @@ class MatmulTB:
         self.expected: list[tuple] = []
 
     async def reset(self):
-        cocotb.start_soon(Clock(self.dut.clk, 10, unit="ns").start())
-        self.dut.rst.value = 1
-        await ClockCycles(self.dut.clk, 2)
-        self.dut.rst.value = 0
-        await RisingEdge(self.dut.clk)
+        await clock_and_reset(self.dut)
 
     def command(self, case, command=None):
         a, b, bias = operand_beats(CFG, case)

@@ -17,13 +17,12 @@ import os
 
 import cocotb
 import numpy as np
-from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge
+from cocotb.triggers import FallingEdge, RisingEdge
 
 from golden import load_config
 from hw.perf_softmax import softmax_schedule
 from hw.softmax import prob_beat_layout, score_beat_layout
-from tests.cocotb.streams import (StreamSink, StreamSource, pack_array, run_streams,
+from tests.cocotb.streams import (clock_and_reset, StreamSink, StreamSource, pack_array, run_streams,
                                   unpack_array)
 from tests.softmax_cases import (Settings, edge_rows, expected_row, extreme_settings,
                                  random_rows, realistic_settings, settings_valid)
@@ -62,11 +61,7 @@ class SoftmaxTB:
         self.rows_checked = 0
 
     async def reset(self):
-        cocotb.start_soon(Clock(self.dut.clk, 10, unit="ns").start())
-        self.dut.rst.value = 1
-        await ClockCycles(self.dut.clk, 2)
-        self.dut.rst.value = 0
-        await RisingEdge(self.dut.clk)
+        await clock_and_reset(self.dut)
 
     async def segment(self, st: Settings, rows, check_timing: bool = False):
         """Run ``rows`` with settings ``st`` and compare every output with golden."""

@@ -18,9 +18,11 @@ import random
 from collections import deque
 from typing import Callable, Iterable, Sequence
 
-from cocotb.triggers import FallingEdge, ReadOnly
+import cocotb
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly, RisingEdge
 
-__all__ = ["StreamSource", "StreamSink", "run_streams", "pack_fields", "pack_array",
+__all__ = ["clock_and_reset", "StreamSource", "StreamSink", "run_streams", "pack_fields", "pack_array",
            "unpack_array", "to_signed"]
 
 
@@ -132,3 +134,12 @@ async def run_streams(clk, endpoints: Sequence, *, until: Callable[[], bool],
         if until():
             return cycle
     raise TimeoutError(f"streams still busy after max_cycles = {max_cycles}")
+
+
+async def clock_and_reset(dut, period_ns: int = 10, cycles: int = 2) -> None:
+    """Start ``dut.clk`` and hold the synchronous ``dut.rst`` for ``cycles`` cycles."""
+    cocotb.start_soon(Clock(dut.clk, period_ns, unit="ns").start())
+    dut.rst.value = 1
+    await ClockCycles(dut.clk, cycles)
+    dut.rst.value = 0
+    await RisingEdge(dut.clk)
