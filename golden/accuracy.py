@@ -57,9 +57,9 @@ SOFTMAX_TARGETS = {
 # Outputs beyond the range calibrated on other data clip; how often is bounded separately
 # (saturated_pct_max, percent of outputs at -128 or 127).
 LAYER_BOUNDS = {
-    "tiny": {"cosine_min": 0.90, "rel_err_max": 0.30, "saturated_pct_max": 1.0},
-    "default": {"cosine_min": 0.97, "rel_err_max": 0.15, "saturated_pct_max": 1.0},
-    "bert-base": {"cosine_min": 0.99, "rel_err_max": 0.10, "saturated_pct_max": 1.0},
+    "tiny": {"cosine_min": 0.90, "rel_err_max": 0.30, "saturated_pct_max": 0.5},
+    "default": {"cosine_min": 0.97, "rel_err_max": 0.15, "saturated_pct_max": 0.5},
+    "bert-base": {"cosine_min": 0.99, "rel_err_max": 0.10, "saturated_pct_max": 0.5},
 }
 
 # Cross-attention memory rows are drawn with a different spread from the queries' rows.
