@@ -36,17 +36,23 @@ def unpack_words(words, width: int) -> list[list[int]]:
     return [flat[i:i + width] for i in range(0, len(flat), width)]
 
 
-class AxisSource:
-    def __init__(self, dut, clk, prefix: str = "s_axis", idle: float = 0.0, seed: int = 0):
-        if not 0.0 <= idle < 1.0:
-            raise ValueError(f"idle = {idle!r} is out of range: allowed 0 <= idle < 1")
+class _AxisPort:
+    """The four AXI4-Stream signals ``<prefix>_t{data,valid,ready,last}`` of ``dut``, and a
+    random pattern with probability ``p`` (checked to lie in 0 <= p < 1)."""
+
+    def __init__(self, dut, clk, prefix: str, what: str, p: float, seed: int):
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"{what} = {p!r} is out of range: allowed 0 <= {what} < 1")
         self.clk = clk
-        self.tdata = getattr(dut, f"{prefix}_tdata")
-        self.tvalid = getattr(dut, f"{prefix}_tvalid")
-        self.tready = getattr(dut, f"{prefix}_tready")
-        self.tlast = getattr(dut, f"{prefix}_tlast")
-        self.idle = idle
+        for sig in ("tdata", "tvalid", "tready", "tlast"):
+            setattr(self, sig, getattr(dut, f"{prefix}_{sig}"))
         self.rng = random.Random(seed)
+
+
+class AxisSource(_AxisPort):
+    def __init__(self, dut, clk, prefix: str = "s_axis", idle: float = 0.0, seed: int = 0):
+        super().__init__(dut, clk, prefix, "idle", idle, seed)
+        self.idle = idle
         self.tvalid.value = 0
         self.tlast.value = 0
         self.tdata.value = 0
@@ -80,18 +86,11 @@ class AxisSource:
         return sent
 
 
-class AxisSink:
+class AxisSink(_AxisPort):
     def __init__(self, dut, clk, prefix: str = "m_axis", backpressure: float = 0.0,
                  seed: int = 1):
-        if not 0.0 <= backpressure < 1.0:
-            raise ValueError(f"backpressure = {backpressure!r} is out of range: allowed 0..<1")
-        self.clk = clk
-        self.tdata = getattr(dut, f"{prefix}_tdata")
-        self.tvalid = getattr(dut, f"{prefix}_tvalid")
-        self.tready = getattr(dut, f"{prefix}_tready")
-        self.tlast = getattr(dut, f"{prefix}_tlast")
+        super().__init__(dut, clk, prefix, "backpressure", backpressure, seed)
         self.backpressure = backpressure
-        self.rng = random.Random(seed)
         self.tready.value = 0
 
     async def receive(self, timeout: int = 10_000_000) -> tuple[list[int], bool]:
