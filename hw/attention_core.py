@@ -41,6 +41,8 @@ Latency and throughput are described by :func:`hw.perf.layer_cycles`.
 
 from __future__ import annotations
 
+import math
+
 from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
@@ -130,8 +132,9 @@ class AttentionCore(wiring.Component):
             "exp_mult": In(eb), "exp_shift": In(6),
             "wwin_en": In(1), "wwin_addr": In(self.window_addr_bits),
             "wwin_data": In(32), "wwin_strb": In(4),
+            "start_ready": Out(1),
             "busy": Out(1), "done": Out(1), "error": Out(1), "error_cause": Out(16),
-            "cycles": Out(32), "busy_cycles": Out(32),
+            "cycles": Out(32), "busy_cycles": Out(32), "stall_cycles": Out(32),
         }
         for n in ("q", "k", "v", "pv", "o"):
             ports[f"rq_{n}_mult"] = In(mb)
@@ -175,15 +178,34 @@ class AttentionCore(wiring.Component):
             softmaxes.append(sm)
 
         # ------------------------------------------------------------ run settings
-        seq = Signal(lb)
-        kvrows = Signal(lb)
-        keylen = Signal(lb)
-        causal = Signal()
-        cross = Signal()
-        rq = {n: (Signal(cfg.requant_mult_bits, name=f"rq_{n}_m"), Signal(6, name=f"rq_{n}_s"))
-              for n in ("q", "k", "v", "pv", "o")}
-        exp_mult = Signal(cfg.exp_mult_bits)
-        exp_shift = Signal(6)
+        # Three stages work on up to three sequences at once: the loader (input stream into
+        # an X/KV buffer), the compute sequencer (arrays and softmax) and the streamer (an
+        # output buffer onto y_out). Each holds its sequence's settings; they pass along
+        # with the sequence. ``now`` timestamps START for the CYCLES count.
+        def settings(prefix):
+            s = {"seq": Signal(lb, name=f"{prefix}seq"),
+                 "kvrows": Signal(lb, name=f"{prefix}kvrows"),
+                 "keylen": Signal(lb, name=f"{prefix}keylen"),
+                 "causal": Signal(name=f"{prefix}causal"),
+                 "cross": Signal(name=f"{prefix}cross"),
+                 "exp_mult": Signal(cfg.exp_mult_bits, name=f"{prefix}exp_mult"),
+                 "exp_shift": Signal(6, name=f"{prefix}exp_shift"),
+                 "t0": Signal(32, name=f"{prefix}t0"),
+                 "bank": Signal(name=f"{prefix}bank")}
+            for n in ("q", "k", "v", "pv", "o"):
+                s[f"rq_{n}_mult"] = Signal(cfg.requant_mult_bits, name=f"{prefix}rq_{n}_m")
+                s[f"rq_{n}_shift"] = Signal(6, name=f"{prefix}rq_{n}_s")
+            return s
+
+        now = Signal(32)
+        m.d.sync += now.eq(now + 1)
+        ld_set = settings("ld_")           # the sequence being loaded, or loaded and waiting
+        run = settings("run_")             # the sequence being computed
+        seq, kvrows, keylen = run["seq"], run["kvrows"], run["keylen"]
+        causal, cross = run["causal"], run["cross"]
+        exp_mult, exp_shift = run["exp_mult"], run["exp_shift"]
+        x_bank = run["bank"]               # X/KV buffer the computation reads
+        rq = {n: (run[f"rq_{n}_mult"], run[f"rq_{n}_shift"]) for n in ("q", "k", "v", "pv", "o")}
 
         # ------------------------------------------------------------ memories
         def mem(name, width, depth):
@@ -191,9 +213,20 @@ class AttentionCore(wiring.Component):
             m.submodules[name] = mm
             return mm
 
-        x_mem = [mem(f"x_mem{r}", 32, _cdiv(SEQ, R) * D4) for r in range(R)]
-        kv_mem = [mem(f"kv_mem{r}", 32, _cdiv(KV, R) * D4) for r in range(R)] \
-            if cfg.cross_attention else x_mem
+        def banked(name, width, depth):
+            """Two buffers of ``depth`` words in one memory: address ``Cat(addr, bank)``."""
+            return mem(name, width, (1 << _aw(depth)) + depth), _aw(depth)
+
+        # Input and output buffers are double: the next sequence loads, and the previous one
+        # streams out, while the arrays compute.
+        x_mem, x_aw = zip(*[banked(f"x_mem{r}", 32, _cdiv(SEQ, R) * D4) for r in range(R)])
+        x_aw = x_aw[0]
+        if cfg.cross_attention:
+            kv_mem, kv_aw = zip(*[banked(f"kv_mem{r}", 32, _cdiv(KV, R) * D4)
+                                  for r in range(R)])
+            kv_aw = kv_aw[0]
+        else:
+            kv_mem, kv_aw = x_mem, x_aw
         w_mem = [mem(f"w_mem{e}", 32 * C, 4 * G * TN * D4) for e in range(E)]
         b_mem = [mem(f"b_mem{e}", cfg.bias_bits * C, 4 * G * TN) for e in range(E)]
         q_mem = [[mem(f"q_mem{e}_{r}", 8 * C, _cdiv(SEQ, R) * G * TN) for r in range(R)]
@@ -206,7 +239,8 @@ class AttentionCore(wiring.Component):
                  for e in range(E)]
         a_mem = [[mem(f"a_mem{e}_{r}", 8 * C, _cdiv(SEQ, R) * G * TN) for r in range(R)]
                  for e in range(E)]
-        o_mem = [mem(f"o_mem{e}", 8 * C, SEQ * G * TN) for e in range(E)]
+        o_mem, o_aw = zip(*[banked(f"o_mem{e}", 8 * C, SEQ * G * TN) for e in range(E)])
+        o_aw = o_aw[0]
 
         # ------------------------------------------------------------ weight window writes
         # Word a of matrix w is elements 4a..4a+3 of row n = 4a // d (torch (out, in) layout),
@@ -244,6 +278,7 @@ class AttentionCore(wiring.Component):
                         m.d.comb += bp.en[lane].eq(1)
 
         # ------------------------------------------------------------ job registers
+        o_bank = Signal()          # output buffer the computation writes
         job_a = Signal(3)
         job_b = Signal(2)
         job_w = Signal(2)
@@ -379,9 +414,10 @@ class AttentionCore(wiring.Component):
         kv_rp = [mm.read_port() for mm in kv_mem] if cfg.cross_attention else None
         attn_rp = [[mm.read_port() for mm in a_mem[e]] for e in range(E)]
         for r in range(R):
-            m.d.comb += [x_rp[r].addr.eq(a_addr), x_rp[r].en.eq(advance)]
+            m.d.comb += [x_rp[r].addr.eq(Cat(a_addr[:x_aw], x_bank)), x_rp[r].en.eq(advance)]
             if kv_rp:
-                m.d.comb += [kv_rp[r].addr.eq(a_addr), kv_rp[r].en.eq(advance)]
+                m.d.comb += [kv_rp[r].addr.eq(Cat(a_addr[:kv_aw], x_bank)),
+                             kv_rp[r].en.eq(advance)]
             for e in range(E):
                 m.d.comb += [attn_rp[e][r].addr.eq(a_addr), attn_rp[e][r].en.eq(advance)]
 
@@ -484,7 +520,8 @@ class AttentionCore(wiring.Component):
                 vw.en.eq(we & (job_dst == D_V)),
                 sw.addr.eq(i * TNk + tn), sw.data.eq(scores),
                 sw.en.eq(we & (job_dst == D_S)),
-                ow.addr.eq((i * G + job_lh) * TN + tn), ow.data.eq(bytes_),
+                ow.addr.eq(Cat(((i * G + job_lh) * TN + tn)[:o_aw], o_bank)),
+                ow.data.eq(bytes_),
                 ow.en.eq(we & (job_dst == D_OUT)),
             ]
             with m.If(res.valid & res.payload.last):
@@ -553,79 +590,156 @@ class AttentionCore(wiring.Component):
                     m.d.sync += prob_rows[e].eq(prob_rows[e] + 1)
 
         # ------------------------------------------------------------ input loader
+        # IDLE/DRAIN accept START; LOAD writes the stream into buffer ld_set["bank"]; WAIT
+        # holds the loaded sequence until the compute sequencer takes it (``take``).
         ld_i = Signal(range(max(SEQ, KV) + 1))
         ld_w = Signal(range(D4 + 1))
         ld_rows = Signal(lb)
         ld_kv = Signal()
+        ld_bank = Signal()          # buffer the next load fills (alternates)
+        take = Signal()
+        ld_error = Signal()
+        ld_cause = Signal(16)
         x_wp = [mm.write_port() for mm in x_mem]
         kv_wp = [mm.write_port() for mm in kv_mem] if cfg.cross_attention else None
         ld_beat = self.x_in.valid & self.x_in.ready
         ld_final = (ld_w + 1 == D4) & (ld_i + 1 == ld_rows)
         for r in range(R):
-            m.d.comb += [x_wp[r].addr.eq((ld_i // R) * D4 + ld_w),
+            m.d.comb += [x_wp[r].addr.eq(Cat(((ld_i // R) * D4 + ld_w)[:x_aw], ld_set["bank"])),
                          x_wp[r].data.eq(self.x_in.payload.data),
                          x_wp[r].en.eq(ld_beat & ~ld_kv & (ld_i % R == r))]
             if kv_wp:
-                m.d.comb += [kv_wp[r].addr.eq((ld_i // R) * D4 + ld_w),
+                m.d.comb += [kv_wp[r].addr.eq(Cat(((ld_i // R) * D4 + ld_w)[:kv_aw],
+                                                  ld_set["bank"])),
                              kv_wp[r].data.eq(self.x_in.payload.data),
                              kv_wp[r].en.eq(ld_beat & ld_kv & (ld_i % R == r))]
 
+        def accept_start():
+            """Sample the run settings of a new sequence and start loading it."""
+            with m.If(self.start):
+                m.d.sync += [
+                    ld_set["seq"].eq(self.seq_len),
+                    ld_set["kvrows"].eq(Mux(self.cross, self.kv_len, self.seq_len)),
+                    ld_set["keylen"].eq(Mux(self.key_len == 0,
+                                            Mux(self.cross, self.kv_len, self.seq_len),
+                                            self.key_len)),
+                    ld_set["causal"].eq(self.causal), ld_set["cross"].eq(self.cross),
+                    ld_set["exp_mult"].eq(self.exp_mult), ld_set["exp_shift"].eq(self.exp_shift),
+                    ld_set["t0"].eq(now), ld_set["bank"].eq(ld_bank),
+                    ld_i.eq(0), ld_w.eq(0), ld_rows.eq(self.seq_len), ld_kv.eq(0),
+                ]
+                for n in ("q", "k", "v", "pv", "o"):
+                    for f in ("mult", "shift"):
+                        m.d.sync += ld_set[f"rq_{n}_{f}"].eq(getattr(self, f"rq_{n}_{f}"))
+                m.next = "LOAD"
+
+        def load_error(cause):
+            m.d.comb += [ld_error.eq(1), ld_cause.eq(1 << ERROR_CAUSES[cause])]
+
+        with m.FSM(name="load") as load_fsm:
+            with m.State("IDLE"):
+                m.d.comb += self.start_ready.eq(1)
+                accept_start()
+            with m.State("LOAD"):
+                m.d.comb += self.x_in.ready.eq(1)
+                with m.If(ld_beat):
+                    m.d.sync += ld_w.eq(ld_w + 1)
+                    with m.If(ld_w + 1 == D4):
+                        m.d.sync += [ld_w.eq(0), ld_i.eq(ld_i + 1)]
+                    with m.If(self.x_in.payload.last & ~ld_final):
+                        load_error("STREAM_SHORT")
+                        m.next = "IDLE"
+                    with m.Elif(ld_final & ~self.x_in.payload.last):
+                        load_error("STREAM_LONG")
+                        m.next = "DRAIN"
+                    with m.Elif(ld_final & ld_set["cross"] & ~ld_kv):
+                        m.d.sync += [ld_kv.eq(1), ld_i.eq(0), ld_w.eq(0),
+                                     ld_rows.eq(ld_set["kvrows"])]
+                    with m.Elif(ld_final):
+                        m.next = "WAIT"
+            with m.State("DRAIN"):
+                # A stream that ran long: discard words up to its last one. A new START ends
+                # the draining and loads from the next word.
+                m.d.comb += [self.x_in.ready.eq(~self.start), self.start_ready.eq(1)]
+                with m.If(ld_beat & self.x_in.payload.last):
+                    m.next = "IDLE"
+                accept_start()
+            with m.State("WAIT"):
+                with m.If(take):
+                    m.d.sync += ld_bank.eq(~ld_bank)
+                    m.next = "IDLE"
+
         # ------------------------------------------------------------ output streamer
+        # Streams output buffer st_bank: P bytes of one row per cycle (P = 4 when 4 adjacent
+        # columns always share a buffer word), so a bus word every 4 / P cycles.
+        P = math.gcd(4, math.gcd(C, dk))
+        K = 4 // P
+        st_active = Signal()
+        st_seq = Signal(lb)
+        st_bank = Signal()
+        st_t0 = Signal(32)
+        st_busy = Signal(32)
+        st_stall = Signal(32)
         o_i = Signal(range(SEQ + 1))
         o_col = Signal(range(d + 1))
-        o_k = Signal(2)
-        o_issue = Signal()
-        o_stream_ok = Signal()
-        cap_valid = Signal()
-        cap_k = Signal(2)
-        cap_e = Signal(range(max(E, 2)))
-        cap_c = Signal(range(C))
-        beat = Signal(32)
-        beat_valid = Signal()
-        beat_last = Signal()
+        os1_valid = Signal()
+        os1_e = Signal(range(max(E, 2)))
+        os1_c = Signal(range(max(C // P, 2)))
+        os1_k = Signal(range(max(K, 2)))
+        os1_last = Signal()
         o_rps = [o_mem[e].read_port() for e in range(E)]
         oh = o_col // dk
         och = o_col % dk
+        o_issue = st_active & (o_i < st_seq)
+        o_out = os1_valid & (os1_k == K - 1)
+        o_adv = ~os1_valid | (os1_k != K - 1) | self.y_out.ready
         for e in range(E):
-            m.d.comb += [o_rps[e].addr.eq((o_i * G + oh // E) * TN + och // C),
-                         o_rps[e].en.eq(o_issue)]
-        o_byte = Signal(8)
-        with m.Switch(cap_e):
+            m.d.comb += [o_rps[e].addr.eq(Cat(((o_i * G + oh // E) * TN + och // C)[:o_aw],
+                                              st_bank)),
+                         o_rps[e].en.eq(o_adv)]
+        chunk = Signal(8 * P)
+        with m.Switch(os1_e):
             for e in range(E):
                 with m.Case(e):
-                    m.d.comb += o_byte.eq(byte_of(o_rps[e].data, cap_c, C))
-        m.d.comb += [self.y_out.valid.eq(beat_valid),
-                     self.y_out.payload.data.eq(beat),
-                     self.y_out.payload.last.eq(beat_last)]
-        # One byte read per cycle; bytes 0-2 of a word collect in `assemble`, byte 3 completes
-        # the word straight into `beat`. Byte 3 is read only when `beat` will be free by then,
-        # so an always-ready sink gets a word every 4 cycles.
-        assemble = Signal(24)
-        m.d.comb += o_stream_ok.eq((o_k != 3) | ~beat_valid | self.y_out.ready)
-        m.d.sync += cap_valid.eq(o_issue)
-        with m.If(o_issue):
-            m.d.sync += [cap_k.eq(o_k), cap_e.eq(oh % E), cap_c.eq(och % C),
-                         o_k.eq(o_k + 1), o_col.eq(o_col + 1)]
-            with m.If(o_col + 1 == d):
-                m.d.sync += [o_col.eq(0), o_i.eq(o_i + 1)]
-        with m.If(self.y_out.valid & self.y_out.ready):
-            m.d.sync += beat_valid.eq(0)
-        with m.If(cap_valid):
-            with m.Switch(cap_k):
-                for k in range(3):
-                    with m.Case(k):
-                        m.d.sync += assemble[8 * k:8 * k + 8].eq(o_byte)
-                with m.Case(3):
-                    m.d.sync += [beat.eq(Cat(assemble, o_byte)), beat_valid.eq(1),
-                                 beat_last.eq((o_i == seq) & (o_col == 0))]
+                    m.d.comb += chunk.eq(byte_of(o_rps[e].data, os1_c, C // P, 8 * P))
+        with m.If(o_adv):
+            m.d.sync += os1_valid.eq(o_issue)
+            with m.If(o_issue):
+                m.d.sync += [os1_e.eq(oh % E), os1_c.eq((och % C) // P),
+                             os1_k.eq((o_col // P) % K),
+                             os1_last.eq((o_i + 1 == st_seq) & (o_col + P == d)),
+                             o_col.eq(o_col + P)]
+                with m.If(o_col + P == d):
+                    m.d.sync += [o_col.eq(0), o_i.eq(o_i + 1)]
+        if K > 1:
+            assemble = Signal(32 - 8 * P)
+            with m.If(os1_valid & (os1_k != K - 1)):
+                with m.Switch(os1_k):
+                    for k in range(K - 1):
+                        with m.Case(k):
+                            m.d.sync += assemble[8 * P * k:8 * P * (k + 1)].eq(chunk)
+            word = Cat(assemble, chunk)
+        else:
+            word = chunk
+        m.d.comb += [self.y_out.valid.eq(o_out),
+                     self.y_out.payload.data.eq(word),
+                     self.y_out.payload.last.eq(os1_last)]
+        stream_end = self.y_out.valid & self.y_out.ready & self.y_out.payload.last
+        with m.If(stream_end):
+            m.d.comb += self.done.eq(1)
+            m.d.sync += [st_active.eq(0), self.cycles.eq(now - st_t0),
+                         self.busy_cycles.eq(st_busy), self.stall_cycles.eq(st_stall)]
 
         # ------------------------------------------------------------ counters
+        # Per sequence: array-busy cycles (operands taken) and softmax stalls (the P.V fetch
+        # waiting for probability rows) while it computes; published with its done.
         running = Signal()
-        with m.If(running):
-            m.d.sync += self.cycles.eq(self.cycles + 1)
+        run_busy = Signal(32)
+        run_stall = Signal(32)
         with m.If(running & op_valids[0] & engines[0].a.ready):
-            m.d.sync += self.busy_cycles.eq(self.busy_cycles + 1)
-        m.d.comb += self.busy.eq(running)
+            m.d.sync += run_busy.eq(run_busy + 1)
+        with m.If(running & f_active & (job_a == A_P) & ~p_ready):
+            m.d.sync += run_stall.eq(run_stall + 1)
 
         # ------------------------------------------------------------ sequencer
         g = Signal(range(G + 1))
@@ -642,11 +756,12 @@ class AttentionCore(wiring.Component):
 
         # A rejected engine command would leave the sequencer waiting for results that never
         # come. The registers check every setting at START, so this cannot happen with a
-        # correct bus master; if it does, abandon the run instead of hanging.
+        # correct bus master; if it does, abandon the sequence instead of hanging.
         fault = Signal()
         m.d.comb += fault.eq(Cat(*[eng.error for eng in engines]).any())
 
         m.d.sync += engine_flush.eq(fault)
+        run_error = Signal()
 
         def start_softmax_feed():
             m.d.sync += [sf_active.eq(1), sf_i.eq(0), sf_b.eq(0),
@@ -655,59 +770,24 @@ class AttentionCore(wiring.Component):
 
         def abandon_on_fault():
             with m.If(fault):
-                m.d.comb += [self.error.eq(1),
-                             self.error_cause.eq(1 << ERROR_CAUSES["ENGINE_FAULT"])]
+                m.d.comb += run_error.eq(1)
                 m.d.sync += [running.eq(0), f_active.eq(0), s1_valid.eq(0), bf_active.eq(0),
                              bs1_valid.eq(0), sf_active.eq(0), ss1_valid.eq(0),
                              cmd_pending.eq(0)]
                 m.next = "IDLE"
 
-        with m.FSM(name="seq"):
+        with m.FSM(name="seq") as seq_fsm:
             with m.State("IDLE"):
-                with m.If(self.start):
-                    m.d.sync += [
-                        seq.eq(self.seq_len),
-                        kvrows.eq(Mux(self.cross, self.kv_len, self.seq_len)),
-                        keylen.eq(Mux(self.key_len == 0,
-                                      Mux(self.cross, self.kv_len, self.seq_len),
-                                      self.key_len)),
-                        causal.eq(self.causal), cross.eq(self.cross),
-                        exp_mult.eq(self.exp_mult), exp_shift.eq(self.exp_shift),
-                        self.cycles.eq(0), self.busy_cycles.eq(0), running.eq(1),
-                        ld_i.eq(0), ld_w.eq(0), ld_rows.eq(self.seq_len), ld_kv.eq(0),
-                        g.eq(0), pj.eq(0),
-                    ]
-                    for n in rq:
-                        m.d.sync += [rq[n][0].eq(getattr(self, f"rq_{n}_mult")),
-                                     rq[n][1].eq(getattr(self, f"rq_{n}_shift"))]
-                    m.next = "LOAD"
-            with m.State("LOAD"):
-                m.d.comb += self.x_in.ready.eq(1)
-                with m.If(ld_beat):
-                    m.d.sync += ld_w.eq(ld_w + 1)
-                    with m.If(ld_w + 1 == D4):
-                        m.d.sync += [ld_w.eq(0), ld_i.eq(ld_i + 1)]
-                    with m.If(self.x_in.payload.last & ~ld_final):
-                        m.d.comb += [self.error.eq(1),
-                                     self.error_cause.eq(1 << ERROR_CAUSES["STREAM_SHORT"])]
-                        m.d.sync += running.eq(0)
-                        m.next = "IDLE"
-                    with m.Elif(ld_final & ~self.x_in.payload.last):
-                        m.d.comb += [self.error.eq(1),
-                                     self.error_cause.eq(1 << ERROR_CAUSES["STREAM_LONG"])]
-                        m.d.sync += running.eq(0)
-                        m.next = "DRAIN"
-                    with m.Elif(ld_final & cross & ~ld_kv):
-                        m.d.sync += [ld_kv.eq(1), ld_i.eq(0), ld_w.eq(0), ld_rows.eq(kvrows)]
-                    with m.Elif(ld_final):
-                        m.next = "PROJ"
-                        m.d.sync += job_go.eq(1)
-                        launch(A_X, B_W, 0, 1, RQ_Q, D_Q, seq, dk, d)
-            with m.State("DRAIN"):
-                # A stream that ran long: discard words up to its last one, not busy.
-                m.d.comb += self.x_in.ready.eq(1)
-                with m.If((ld_beat & self.x_in.payload.last) | self.start):
-                    m.next = "IDLE"
+                with m.If(load_fsm.ongoing("WAIT")):
+                    # Take the loaded sequence: its settings, its input buffer.
+                    m.d.comb += take.eq(1)
+                    m.d.sync += [sig.eq(ld_set[k]) for k, sig in run.items()]
+                    m.d.sync += [g.eq(0), pj.eq(0), running.eq(1), run_busy.eq(0),
+                                 run_stall.eq(0), job_go.eq(1)]
+                    m.d.sync += [job_a.eq(A_X), job_b.eq(B_W), job_w.eq(0), job_bias.eq(1),
+                                 job_rq.eq(RQ_Q), job_dst.eq(D_Q), job_m.eq(ld_set["seq"]),
+                                 job_n.eq(dk), job_k.eq(d), job_lh.eq(0)]
+                    m.next = "PROJ"
             with m.State("PROJ"):
                 with m.If(job_done & ~job_go):
                     with m.If(pj == 2):
@@ -756,18 +836,29 @@ class AttentionCore(wiring.Component):
             with m.State("OPROJ"):
                 with m.If(job_done & ~job_go):
                     with m.If(g + 1 == G):
-                        m.d.sync += [o_i.eq(0), o_col.eq(0), o_k.eq(0)]
-                        m.next = "STREAM"
+                        m.d.sync += running.eq(0)
+                        m.next = "HANDOFF"
                     with m.Else():
                         m.d.sync += [g.eq(g + 1), job_lh.eq(g + 1), job_go.eq(1)]
                 abandon_on_fault()
-            with m.State("STREAM"):
-                m.d.comb += o_issue.eq(o_stream_ok & (o_i < seq))
-                with m.If(self.y_out.valid & self.y_out.ready & beat_last):
-                    m.d.comb += self.done.eq(1)
-                    m.d.sync += running.eq(0)
+            with m.State("HANDOFF"):
+                # The output buffer is complete: hand it to the streamer once that has
+                # finished the previous sequence, and write the other buffer next.
+                with m.If(~st_active):
+                    m.d.sync += [st_active.eq(1), st_seq.eq(seq), st_bank.eq(o_bank),
+                                 st_t0.eq(run["t0"]), st_busy.eq(run_busy),
+                                 st_stall.eq(run_stall), o_i.eq(0), o_col.eq(0),
+                                 o_bank.eq(~o_bank)]
                     m.next = "IDLE"
         with m.If(job_go):
             m.d.sync += job_go.eq(0)
+
+        m.d.comb += [
+            self.error.eq(ld_error | run_error),
+            self.error_cause.eq(ld_cause
+                                | Mux(run_error, 1 << ERROR_CAUSES["ENGINE_FAULT"], 0)),
+            self.busy.eq(load_fsm.ongoing("LOAD") | load_fsm.ongoing("WAIT")
+                         | ~seq_fsm.ongoing("IDLE") | st_active),
+        ]
 
         return m

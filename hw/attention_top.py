@@ -99,11 +99,12 @@ class AttentionTop(wiring.Component):
             core.exp_mult.eq(regs.exp_mult), core.exp_shift.eq(regs.exp_shift),
             core.wwin_en.eq(regs.wwin_en), core.wwin_addr.eq(regs.wwin_addr),
             core.wwin_data.eq(regs.wwin_data), core.wwin_strb.eq(regs.wwin_strb),
-            regs.busy.eq(core.busy),
+            regs.busy.eq(core.busy), regs.start_ready.eq(core.start_ready),
             regs.done_set.eq(core.done),
             regs.error_set.eq(core.error),
             regs.error_cause.eq(core.error_cause[:len(ERROR_CAUSES)]),
             regs.cycles.eq(core.cycles), regs.busy_cycles.eq(core.busy_cycles),
+            regs.stall_cycles.eq(core.stall_cycles),
         ]
         for n in ("q", "k", "v", "pv", "o"):
             m.d.comb += [getattr(core, f"rq_{n}_mult").eq(getattr(regs, f"rq_{n}_mult")),

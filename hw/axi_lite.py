@@ -86,22 +86,26 @@ class AxiLiteRegs(wiring.Component):
         The bus. AW and W are accepted independently (each into its own holding register);
         one write and one read are in flight at most.
     start : ``Out(1)``
-        One-cycle strobe: a checked START. Never raised while ``busy``.
+        One-cycle strobe: a checked START. Never raised while ``start_ready`` is low.
     causal, cross, seq_len, kv_len, key_len, rq_<q|k|v|pv|o>_<mult|shift>, exp_mult, exp_shift
         ``Out(field width)``: register fields (unsigned). ``seq_len``/``kv_len``/``key_len``
         are the 16-bit fields, within the configuration's limits whenever ``start`` is
-        raised. None of them changes while ``busy``.
+        raised. The engine samples them with ``start``.
     weights_valid : ``Out(1)``
         STATUS.WEIGHTS_VALID: parameters and window committed and not written since.
     busy : ``In(1)``
-        The engine runs. It must rise no later than the cycle after ``start``.
+        The engine holds a sequence (loading, computing or streaming). It must rise no
+        later than the cycle after ``start``; weight and parameter writes are refused while
+        it is high.
+    start_ready : ``In(1)``
+        The engine would accept ``start`` (its input buffer is free); STATUS.START_READY.
     done_set, error_set : ``In(1)``
         Strobes: set STATUS.DONE; OR ``error_cause`` into ERROR_CAUSE (which sets ERROR).
         A strobe wins over a software clear in the same cycle.
     error_cause : ``In(len(ERROR_CAUSES))``
         Cause bits that go with ``error_set`` (STREAM_SHORT, STREAM_LONG from the engine).
-    cycles, busy_cycles : ``In(32)``
-        Counters of the last run, read as CYCLES and BUSY_CYCLES.
+    cycles, busy_cycles, stall_cycles : ``In(32)``
+        Counters of the last finished sequence: CYCLES, BUSY_CYCLES, STALL_CYCLES.
     irq : ``Out(1)``
         ``CTRL.IRQ_EN & (STATUS.DONE | STATUS.ERROR)``, level.
     wwin_en, wwin_addr, wwin_data, wwin_strb
@@ -136,9 +140,9 @@ class AxiLiteRegs(wiring.Component):
                 ports[f.port] = Out(f.width, init=f.reset)
         ports.update({
             "weights_valid": Out(1),
-            "busy": In(1), "done_set": In(1), "error_set": In(1),
+            "busy": In(1), "start_ready": In(1), "done_set": In(1), "error_set": In(1),
             "error_cause": In(len(ERROR_CAUSES)),
-            "cycles": In(32), "busy_cycles": In(32),
+            "cycles": In(32), "busy_cycles": In(32), "stall_cycles": In(32),
             "irq": Out(1),
             "wwin_en": Out(1), "wwin_addr": Out(rmap.window_addr_bits), "wwin_data": Out(32),
             "wwin_strb": Out(4),
@@ -184,10 +188,12 @@ class AxiLiteRegs(wiring.Component):
         source["STATUS", "DONE"] = done
         source["STATUS", "ERROR"] = error
         source["STATUS", "WEIGHTS_VALID"] = self.weights_valid
+        source["STATUS", "START_READY"] = self.start_ready
         for name, bit in _CAUSE.items():
             source["ERROR_CAUSE", name] = causes[bit]
         source["CYCLES", "COUNT"] = self.cycles
         source["BUSY_CYCLES", "COUNT"] = self.busy_cycles
+        source["STALL_CYCLES", "COUNT"] = self.stall_cycles
         missing = [(r.name, f.name) for r in rmap for f in r.fields
                    if (r.name, f.name) not in source]
         if missing:
@@ -308,7 +314,7 @@ class AxiLiteRegs(wiring.Component):
         ]
         m.d.sync += self.start.eq(0)
         with m.If(start_req):
-            with m.If(running):
+            with m.If(~self.start_ready):
                 m.d.comb += set_causes[_CAUSE["START_WHILE_BUSY"]].eq(1)
             with m.Elif(check.any()):
                 m.d.comb += set_causes.eq(check)

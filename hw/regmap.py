@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 ID_VALUE = 0x4154544E            # "ATTN" in ASCII, most significant byte first
-VERSION_VALUE = 0x00010000       # 1.0.0: major[31:16], minor[15:8], patch[7:0]
+VERSION_VALUE = 0x00010100       # 1.1.0: major[31:16], minor[15:8], patch[7:0]
 DATA_BITS = 32
 REG_BLOCK_SIZE = 0x100           # registers live in 0x000..0x0FF
 MIN_WINDOW_BASE = 0x10000
@@ -64,7 +64,9 @@ ERROR_CAUSES = (
     ("BAD_KV_LEN", "START in CROSS mode with KV_LEN outside 1..max_kv_len"),
     ("BAD_KEY_LEN", "START with KEY_LEN larger than the key rows (KV_LEN in CROSS mode, "
                     "else SEQ_LEN)"),
-    ("START_WHILE_BUSY", "START written while a run is in progress (the start is dropped)"),
+    ("START_WHILE_BUSY", "START written while STATUS.START_READY is 0: the input buffer holds "
+                         "a sequence still loading or waiting for the arrays (the start is "
+                         "dropped)"),
     ("NO_WEIGHTS", "START while STATUS.WEIGHTS_VALID is 0"),
     ("STREAM_SHORT", "an input stream ended (tlast) before the expected row count (engine)"),
     ("STREAM_LONG", "tlast missing where the expected row count ends (engine)"),
@@ -333,9 +335,9 @@ def build_regmap(cfg: AttentionConfig) -> RegisterMap:
         R("CTRL", 0x008, "Control: run start and run mode.", (
             F("START", 0, 1, Access.WO, "write 1 to start a run (checked first; reads 0)"),
             F("CAUSAL", 1, 1, Access.RW, "causal mask: key j > query i is masked",
-              port="causal", guard=Guard.HOLD),
+              port="causal"),
             F("CROSS", 2, 1, Access.RW, "cross-attention: K/V from the second input sequence",
-              port="cross", guard=Guard.HOLD),
+              port="cross"),
             F("IRQ_EN", 3, 1, Access.RW, "irq = IRQ_EN & (DONE | ERROR)"),
         )),
         R("STATUS", 0x00C, "Status.", (
@@ -345,22 +347,29 @@ def build_regmap(cfg: AttentionConfig) -> RegisterMap:
               "some ERROR_CAUSE bit is set; writing 1 clears every cause"),
             F("WEIGHTS_VALID", 3, 1, Access.RO,
               "weights and parameters committed and unchanged since", port="weights_valid"),
+            F("START_READY", 4, 1, Access.RO,
+              "a START now would be accepted: the input buffer is free (a new sequence may "
+              "start while the previous ones compute and stream out)", port="start_ready"),
         )),
         R("ERROR_CAUSE", 0x010, "Why STATUS.ERROR is set; write 1 to clear a cause.",
           tuple(F(n, i, 1, Access.W1C, d) for i, (n, d) in enumerate(ERROR_CAUSES))),
         R("SEQ_LEN", 0x014, f"Query rows of the next run, 1..{cfg.max_seq_len}.",
           (F("LEN", 0, LENGTH_BITS, Access.RW, "query rows", reset=cfg.max_seq_len,
-             port="seq_len", guard=Guard.RUN),)),
+             port="seq_len"),)),
         R("KV_LEN", 0x018, f"Rows of the second sequence in CROSS mode, 1..{cfg.max_kv_len}.",
           (F("LEN", 0, LENGTH_BITS, Access.RW, "key/value rows (CROSS mode only)",
-             reset=cfg.max_kv_len, port="kv_len", guard=Guard.RUN),)),
+             reset=cfg.max_kv_len, port="kv_len"),)),
         R("KEY_LEN", 0x01C, "Keys that count (key padding); 0 means all key rows.",
           (F("LEN", 0, LENGTH_BITS, Access.RW, "valid keys, 0 = all", reset=0,
-             port="key_len", guard=Guard.RUN),)),
-        R("CYCLES", 0x020, "Clock cycles of the last run, start to done.",
+             port="key_len"),)),
+        R("CYCLES", 0x020, "Clock cycles of the last finished sequence, from its START to "
+          "its done (time queued behind the previous sequence included).",
           ro_count("cycles", "cycles")),
-        R("BUSY_CYCLES", 0x024, "Cycles the matrix arrays computed during the last run.",
-          ro_count("busy_cycles", "cycles")),
+        R("BUSY_CYCLES", 0x024, "Cycles the matrix arrays took operands for the last "
+          "finished sequence.", ro_count("busy_cycles", "cycles")),
+        R("STALL_CYCLES", 0x034, "Cycles the arrays of the last finished sequence waited for "
+          "softmax probabilities (P.V held for rows of P).",
+          ro_count("stall_cycles", "cycles")),
         R("CONFIG0", 0x028, "Generated configuration.", (
             F("D_MODEL", 0, 16, Access.RO, "d_model", reset=cfg.d_model, const=True),
             F("HEADS", 16, 8, Access.RO, "heads", reset=cfg.heads, const=True),
@@ -517,8 +526,9 @@ def regmap_markdown(cfg: AttentionConfig) -> str:
         "read-only registers are ignored (OKAY); write-only registers read 0.", "",
         "Access: `ro` read-only, `rw` read/write (byte strobes honoured), `w1c` sticky, write 1 "
         "to clear, `wo` write 1 to trigger (reads 0). Guard (what a write does while "
-        "`STATUS.BUSY`): `run` dropped and raises `WRITE_WHILE_BUSY`; `layer` the same, and "
-        "an accepted write clears `STATUS.WEIGHTS_VALID`; `hold` the value is kept, silently.",
+        "`STATUS.BUSY`): `none` always written; `run` dropped and raises `WRITE_WHILE_BUSY`; "
+        "`layer` the same, and an accepted write clears `STATUS.WEIGHTS_VALID`; `hold` the "
+        "value is kept, silently.",
         "", "## Registers", "",
         "| offset | name | access | reset | description |",
         "|---|---|---|---|---|",
@@ -560,14 +570,22 @@ def regmap_markdown(cfg: AttentionConfig) -> str:
         "the same write). The start is checked first: `SEQ_LEN`, `KV_LEN` (CROSS only), "
         "`KEY_LEN`, `WEIGHTS_VALID`, and the mode bits against the configuration; any failure "
         "sets its `ERROR_CAUSE` bits and `STATUS.ERROR` and no run starts.",
-        "4. Wait for `STATUS.DONE` (or `irq` with `IRQ_EN`), clear it by writing 1.", "",
+        "4. Send the sequence on the input stream; its result comes out on the output "
+        "stream. Each finished sequence sets `STATUS.DONE` (or `irq` with `IRQ_EN`); clear it "
+        "by writing 1. `CYCLES`, `BUSY_CYCLES` and `STALL_CYCLES` then hold that sequence's "
+        "counts.", "",
+        "Sequences overlap: the input and output buffers are double. As soon as "
+        "`STATUS.START_READY` is 1 (the previous sequence has been loaded and the arrays have "
+        "taken it), steps 2-4 may run for the next sequence while the previous one computes "
+        "and streams out. Results come out in START order. The length and mode registers "
+        "are sampled by START, so they may be rewritten while busy.", "",
         "## Errors and interrupt", "",
         "- `STATUS.ERROR` is set while any `ERROR_CAUSE` bit is set. Writing 1 to a cause "
         "clears it; writing 1 to `STATUS.ERROR` clears every cause.",
-        "- START while busy sets `START_WHILE_BUSY` and is dropped. A write to the weight "
-        "window, an `RQ_*`/`EXP_*` register or a length register while busy is dropped and "
-        "sets `WRITE_WHILE_BUSY` (the bus still answers OKAY). `CTRL` stays writable during "
-        "a run for `IRQ_EN`; its `CAUSAL`/`CROSS` bits keep the running mode.",
+        "- START while `STATUS.START_READY` is 0 sets `START_WHILE_BUSY` and is dropped. A "
+        "write to the weight window or an `RQ_*`/`EXP_*` register while busy (any sequence "
+        "loading, computing or streaming) is dropped and sets `WRITE_WHILE_BUSY` (the bus "
+        "still answers OKAY).",
         "- The engine sets `STREAM_SHORT` / `STREAM_LONG` (and `DONE`); an engine event in the "
         "same cycle as a software clear wins, so no event is lost.",
         "- `irq = CTRL.IRQ_EN & (STATUS.DONE | STATUS.ERROR)`, a level.", "",

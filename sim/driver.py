@@ -7,6 +7,10 @@
     await drv.load_layer(layer)             # golden.QuantizedLayer -> weight window, registers
     res = await drv.run(x)                  # int8 (seq_len, d_model) in, RunResult out
     res.out, res.cycles, res.busy_cycles    # output array, CYCLES and BUSY_CYCLES registers
+    results = await drv.run_overlapped([dict(x=x0), dict(x=x1, causal=True)])
+
+``run_overlapped`` uses the double buffers: each sequence starts as soon as STATUS.START_READY
+allows, while the previous ones compute and stream out.
 
 Everything goes through the real interfaces: AXI4-Lite (:mod:`sim.axil`) for registers and
 weights, AXI4-Stream (:mod:`sim.axis`) for activations. Register addresses and fields come from
@@ -20,7 +24,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import cocotb
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, FallingEdge, First, RisingEdge
+from cocotb.triggers import ClockCycles, FallingEdge, First, Lock, RisingEdge
+from cocotb.utils import get_sim_time
 
 from golden.config import AttentionConfig
 from hw.regmap import ERROR_CAUSES, RESP_OKAY, build_regmap, pack_window, param_values
@@ -44,6 +49,8 @@ class RunResult:
     error_cause: int                # ERROR_CAUSE register after the run
     words_sent: int = 0
     words: list = field(default_factory=list)
+    stall_cycles: int = 0           # STALL_CYCLES register: arrays waiting for softmax
+    end_cycle: int | None = None    # simulation cycle of the last output word (overlapped runs)
 
     @property
     def errors(self) -> list[str]:
@@ -68,6 +75,7 @@ class AttentionDriver:
         self.bus = AxiLiteMaster(dut, dut.clk, prefix="s_axi", delay=bus_delay, seed=seed)
         self.source = AxisSource(dut, dut.clk, "s_axis", idle=idle, seed=seed)
         self.sink = AxisSink(dut, dut.clk, "m_axis", backpressure=backpressure, seed=seed + 1)
+        self._bus_lock = Lock()     # overlapped runs use the bus from two coroutines
 
     def addr(self, reg: str) -> int:
         return self.rmap[reg].offset
@@ -87,10 +95,12 @@ class AttentionDriver:
         await ClockCycles(self.dut.clk, 2)
 
     async def write(self, reg: str, value: int, strb: int = 0xF) -> int:
-        return await self.bus.write(self.addr(reg), value, strb)
+        async with self._bus_lock:
+            return await self.bus.write(self.addr(reg), value, strb)
 
     async def read(self, reg: str) -> int:
-        data, resp = await self.bus.read(self.addr(reg))
+        async with self._bus_lock:
+            data, resp = await self.bus.read(self.addr(reg))
         assert resp == RESP_OKAY, f"read of {reg} answered {resp}"
         return data
 
@@ -173,4 +183,60 @@ class AttentionDriver:
             sent = -1
         cycles = await self.read("CYCLES")
         busy = await self.read("BUSY_CYCLES")
-        return RunResult(out, cycles, busy, status, cause, sent, got)
+        stall = await self.read("STALL_CYCLES")
+        return RunResult(out, cycles, busy, status, cause, sent, got, stall)
+
+    def cycle(self) -> int:
+        return int(get_sim_time("ns")) // self.period_ns
+
+    async def run_overlapped(self, runs, *, timeout: int = 5_000_000) -> list[RunResult]:
+        """Sequences back to back through the double buffers.
+
+        ``runs``: dicts with ``x`` and optionally ``kv``, ``causal``, ``key_len``. Sequence
+        n + 1 is programmed and started as soon as STATUS.START_READY is 1, and its input sent,
+        while sequence n computes and streams out. Returns one RunResult per sequence, in
+        order, with its counters (read right after its output's last word) and the cycle of
+        that word (``end_cycle``). Raises AssertionError when a START is refused.
+        """
+        await self.clear_status()
+        ready = self.bit("STATUS", "START_READY")
+        results: list[RunResult] = []
+
+        async def receiver():
+            for run in runs:
+                got, complete = await self.sink.receive(timeout=timeout)
+                end = self.cycle()
+                assert complete, f"sequence {len(results)}: no final output word"
+                out = np.array(unpack_words(got, self.cfg.d_model), dtype=np.int64)
+                counts = [await self.read(r) for r in ("CYCLES", "BUSY_CYCLES", "STALL_CYCLES")]
+                results.append(RunResult(out, counts[0], counts[1], 0, 0, 0, got, counts[2],
+                                         end_cycle=end))
+
+        recv = cocotb.start_soon(receiver())
+        for i, run in enumerate(runs):
+            x, kv = np.asarray(run["x"]), run.get("kv")
+            for _ in range(timeout // 8):
+                if await self.read("STATUS") & ready:
+                    break
+                await ClockCycles(self.dut.clk, 8)
+            else:
+                raise AssertionError(f"sequence {i}: START_READY never came")
+            await self.write("SEQ_LEN", len(x))
+            await self.write("KV_LEN", len(kv) if kv is not None else 0)
+            await self.write("KEY_LEN", run.get("key_len") or 0)
+            await self.write("CTRL", self.bit("CTRL", "START")
+                             | (self.bit("CTRL", "CAUSAL") if run.get("causal") else 0)
+                             | (self.bit("CTRL", "CROSS") if kv is not None else 0))
+            cause = await self.read("ERROR_CAUSE")
+            assert cause == 0, f"sequence {i}: START refused: {cause_names(cause)}"
+            if kv is not None:
+                await self.source.send(pack_rows(x))
+                await self.source.send(pack_rows(kv))
+            else:
+                await self.source.send(pack_rows(x))
+        await First(recv, ClockCycles(self.dut.clk, timeout))
+        assert recv.done(), "outputs did not all arrive"
+        status = await self.read("STATUS")
+        for r in results:
+            r.status = status
+        return results

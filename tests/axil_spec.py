@@ -12,12 +12,12 @@ OKAY, SLVERR = 0, 2
 # Offsets and bits exactly as the task's register table gives them.
 ID, VERSION, CTRL, STATUS, CAUSE = 0x000, 0x004, 0x008, 0x00C, 0x010
 SEQ_LEN, KV_LEN, KEY_LEN, CYCLES, BUSY_CYCLES = 0x014, 0x018, 0x01C, 0x020, 0x024
-CONFIG0, CONFIG1, CONFIG2, COMMIT = 0x028, 0x02C, 0x030, 0x080
+CONFIG0, CONFIG1, CONFIG2, STALL_CYCLES, COMMIT = 0x028, 0x02C, 0x030, 0x034, 0x080
 PARAMS = {0x040 + 4 * i: n for i, n in enumerate(
     ["rq_q_mult", "rq_q_shift", "rq_k_mult", "rq_k_shift", "rq_v_mult", "rq_v_shift",
      "rq_pv_mult", "rq_pv_shift", "rq_o_mult", "rq_o_shift", "exp_mult", "exp_shift"])}
 START, CAUSAL, CROSS, IRQ_EN = 1, 2, 4, 8
-BUSY, DONE, ERROR, WEIGHTS_VALID = 1, 2, 4, 8
+BUSY, DONE, ERROR, WEIGHTS_VALID, START_READY = 1, 2, 4, 8, 16
 (BAD_SEQ_LEN, BAD_KV_LEN, BAD_KEY_LEN, START_WHILE_BUSY, NO_WEIGHTS, STREAM_SHORT,
  STREAM_LONG, WRITE_WHILE_BUSY, BAD_CROSS, BAD_CAUSAL, BAD_SHIFT,
  ENGINE_FAULT) = (1 << i for i in range(12))
@@ -38,7 +38,8 @@ class SpecModel:
         self.rw[SEQ_LEN], self.rw[KV_LEN] = cfg.max_seq_len, cfg.max_kv_len
         self.ctrl = 0            # CAUSAL | CROSS | IRQ_EN
         self.done = self.causes = self.weights_valid = 0
-        self.busy = self.cycles = self.busy_cycles = 0
+        self.busy = self.cycles = self.busy_cycles = self.stall_cycles = 0
+        self.start_ready = 1     # the engine's input buffer is free
         self.starts = []         # one entry per start strobe
         self.refused = []        # the cause bits of every START refused by its checks
         self.wwin = []           # (word, data, strb) per window write
@@ -58,10 +59,11 @@ class SpecModel:
         a = addr & ~3
         c = self.cfg
         values = {
-            ID: 0x4154544E, VERSION: 0x00010000, CTRL: self.ctrl,
+            ID: 0x4154544E, VERSION: 0x00010100, CTRL: self.ctrl,
             STATUS: self.busy | DONE * self.done | ERROR * bool(self.causes)
-            | WEIGHTS_VALID * self.weights_valid,
+            | WEIGHTS_VALID * self.weights_valid | START_READY * self.start_ready,
             CAUSE: self.causes, CYCLES: self.cycles, BUSY_CYCLES: self.busy_cycles,
+            STALL_CYCLES: self.stall_cycles,
             CONFIG0: c.d_model | c.heads << 16 | c.engines << 24,
             CONFIG1: c.max_seq_len | c.max_kv_len << 16,
             CONFIG2: c.array_rows | c.array_cols << 8 | c.causal_mask << 16
@@ -84,8 +86,7 @@ class SpecModel:
                 self.wwin.append((word, data, strb))
         elif a == CTRL:
             v = (self.ctrl & ~bm) | new
-            keep = CAUSAL | CROSS if self.busy else 0
-            self.ctrl = (self.ctrl & keep) | (v & (IRQ_EN | (CAUSAL | CROSS) & ~keep))
+            self.ctrl = v & (IRQ_EN | CAUSAL | CROSS)     # mode bits are sampled by START
             if v & START:
                 self._start(v)
         elif a == STATUS:
@@ -96,7 +97,7 @@ class SpecModel:
         elif a == CAUSE:
             self.causes &= ~new
         elif a in self.rw:
-            if self.busy:
+            if self.busy and a in PARAMS:
                 self.causes |= WRITE_WHILE_BUSY
             else:
                 self.rw[a] = ((self.rw[a] & ~bm) | new) & self.mask[a]
@@ -105,12 +106,13 @@ class SpecModel:
         elif a == COMMIT:
             if new & 1:
                 self.weights_valid = 1
-        elif a not in (ID, VERSION, CYCLES, BUSY_CYCLES, CONFIG0, CONFIG1, CONFIG2):
+        elif a not in (ID, VERSION, CYCLES, BUSY_CYCLES, STALL_CYCLES, CONFIG0, CONFIG1,
+                       CONFIG2):
             return SLVERR
         return OKAY
 
     def _start(self, ctrl):
-        if self.busy:
+        if not self.start_ready:
             self.causes |= START_WHILE_BUSY
             return
         c, cross = self.cfg, bool(ctrl & CROSS)

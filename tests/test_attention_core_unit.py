@@ -10,6 +10,7 @@ from amaranth.sim import Simulator
 
 import golden as g
 from hw.attention_core import AttentionCore, ERROR_CAUSES
+from hw.perf_layer import layer_timing
 from hw.regmap import build_regmap, pack_window
 from sim.axis import pack_rows, unpack_words
 from sim.layers import make_case
@@ -20,7 +21,7 @@ TINY = g.load_config("configs/tiny.toml")
 def run_core(cfg, layer, runs, *, idle=0.0, backpressure=0.0, seed=0, max_cycles=200_000):
     """Simulate ``runs`` (list of dicts: x, kv, causal, key_len, and optional 'words' to send
     instead of the packed input) on one core after loading ``layer``; returns a list of
-    (output words, error_cause or None, cycles)."""
+    (output words, error_cause or None, counters: the CYCLES/BUSY/STALL outputs of a run)."""
     core = AttentionCore(cfg)
     rmap = build_regmap(cfg)
     window = pack_window(rmap, layer)
@@ -101,7 +102,12 @@ def run_core(cfg, layer, runs, *, idle=0.0, backpressure=0.0, seed=0, max_cycles
                 ctx.set(core.x_in.valid, 0)
                 for _ in range(3):
                     await ctx.tick()
-            results.append((out, err, cycles))
+            counters = None
+            if err is None:
+                await ctx.tick()            # the counters are published with done
+                counters = {"cycles": ctx.get(core.cycles), "busy": ctx.get(core.busy_cycles),
+                            "stall": ctx.get(core.stall_cycles)}
+            results.append((out, err, counters))
 
     sim = Simulator(core)
     sim.add_clock(1e-8)
@@ -126,9 +132,30 @@ def test_layer_matches_golden(engines):
         dict(seq=7, key_len=3),
     ])
     results = run_core(cfg, layer, runs)
-    for run, (words, err, _) in zip(runs, results):
+    for run, (words, err, counters) in zip(runs, results):
         assert err is None
         check_outputs(cfg, layer, run, words)
+        check_cycle_model(cfg, run, counters)
+
+
+def check_cycle_model(cfg, run, counters):
+    """The layer cycle model is exact with an always-valid source and always-ready sink."""
+    kv = run.get("kv")
+    lt = layer_timing(cfg, len(run["x"]), None if kv is None else len(kv))
+    assert (counters["cycles"], counters["stall"]) == (lt.latency, lt.softmax_stall)
+
+
+@pytest.mark.parametrize("rows,cols,lanes", [(2, 4, 2), (3, 6, 2)])
+def test_cycle_model_exact(rows, cols, lanes):
+    """CYCLES and STALL_CYCLES equal hw.perf_layer's figures, softmax stalls included."""
+    cfg = TINY.replace(array_rows=rows, array_cols=cols, softmax_lanes=lanes)
+    layer, runs = make_case(cfg, seed=rows, specs=[dict(seq=8), dict(seq=3, kv=7),
+                                                   dict(seq=5, causal=True)])
+    for run, (words, err, counters) in zip(runs, run_core(cfg, layer, runs)):
+        assert err is None
+        check_outputs(cfg, layer, run, words)
+        check_cycle_model(cfg, run, counters)
+        assert counters["busy"] > 0
 
 
 def test_cross_attention_and_stalls():
@@ -168,3 +195,15 @@ def test_engine_fault_abandons_run():
     assert results[0][1] == 1 << ERROR_CAUSES["ENGINE_FAULT"]
     assert results[1][1] is None
     check_outputs(cfg, layer, runs[1], results[1][0])
+
+
+@pytest.mark.parametrize("cols,lanes", [(6, 2), (5, 1)], ids=["2-byte-reads", "1-byte-reads"])
+def test_output_read_widths(cols, lanes):
+    """Output words assembled from 2-byte and 1-byte buffer reads (4 adjacent columns do not
+    always share a buffer word when array_cols is not a multiple of 4), under backpressure."""
+    cfg = TINY.replace(array_rows=3, array_cols=cols, softmax_lanes=lanes)
+    layer, runs = make_case(cfg, seed=cols, specs=[dict(seq=8), dict(seq=5, causal=True)])
+    results = run_core(cfg, layer, runs, idle=0.2, backpressure=0.5, seed=cols)
+    for run, (words, err, _) in zip(runs, results):
+        assert err is None
+        check_outputs(cfg, layer, run, words)

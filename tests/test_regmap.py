@@ -68,6 +68,7 @@ def test_fields_as_specified():
         "ID": 0x000, "VERSION": 0x004, "CTRL": 0x008, "STATUS": 0x00C, "ERROR_CAUSE": 0x010,
         "SEQ_LEN": 0x014, "KV_LEN": 0x018, "KEY_LEN": 0x01C, "CYCLES": 0x020,
         "BUSY_CYCLES": 0x024, "CONFIG0": 0x028, "CONFIG1": 0x02C, "CONFIG2": 0x030,
+        "STALL_CYCLES": 0x034,
         "RQ_Q_MULT": 0x040, "RQ_Q_SHIFT": 0x044, "RQ_K_MULT": 0x048, "RQ_K_SHIFT": 0x04C,
         "RQ_V_MULT": 0x050, "RQ_V_SHIFT": 0x054, "RQ_PV_MULT": 0x058, "RQ_PV_SHIFT": 0x05C,
         "RQ_O_MULT": 0x060, "RQ_O_SHIFT": 0x064, "EXP_MULT": 0x068, "EXP_SHIFT": 0x06C,
@@ -76,7 +77,8 @@ def test_fields_as_specified():
     assert bits("CTRL") == {"START": (0, 1, "wo"), "CAUSAL": (1, 1, "rw"),
                             "CROSS": (2, 1, "rw"), "IRQ_EN": (3, 1, "rw")}
     assert bits("STATUS") == {"BUSY": (0, 1, "ro"), "DONE": (1, 1, "w1c"),
-                              "ERROR": (2, 1, "w1c"), "WEIGHTS_VALID": (3, 1, "ro")}
+                              "ERROR": (2, 1, "w1c"), "WEIGHTS_VALID": (3, 1, "ro"),
+                              "START_READY": (4, 1, "ro")}
     assert [f.name for f in rmap["ERROR_CAUSE"].fields] == [
         "BAD_SEQ_LEN", "BAD_KV_LEN", "BAD_KEY_LEN", "START_WHILE_BUSY", "NO_WEIGHTS",
         "STREAM_SHORT", "STREAM_LONG", "WRITE_WHILE_BUSY", "BAD_CROSS", "BAD_CAUSAL",
@@ -91,7 +93,7 @@ def test_fields_as_specified():
     assert bits("CONFIG2")["CROSS_ATTENTION"] == (17, 1, "ro")
     assert bits("RQ_Q_MULT") == {"MULT": (0, 16, "rw")}
     assert bits("RQ_O_SHIFT") == {"SHIFT": (0, 6, "rw")}
-    assert rmap["ID"].reset == 0x4154544E and rmap["VERSION"].reset == 0x00010000
+    assert rmap["ID"].reset == 0x4154544E and rmap["VERSION"].reset == 0x00010100
     assert rmap["SEQ_LEN"].reset == 8 and rmap["KV_LEN"].reset == 8 and rmap["KEY_LEN"].reset == 0
     assert rmap["CONFIG0"].reset == 16 | 2 << 16 | 1 << 24
     assert rmap["CONFIG1"].reset == 8 | 8 << 16

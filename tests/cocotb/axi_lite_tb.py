@@ -30,7 +30,7 @@ from sim.axil import AxiLiteMaster
 from tests.axil_spec import (BAD_SHIFT, BUSY, CAUSAL, CAUSE, COMMIT, CROSS, CTRL, CYCLES,
                              BUSY_CYCLES, DONE, ENGINE_FAULT, ERROR, IRQ_EN, KEY_LEN, KV_LEN,
                              OKAY, PARAMS, SEQ_LEN, SLVERR, START, START_WHILE_BUSY, STATUS,
-                             STREAM_SHORT, WEIGHTS_VALID, SpecModel)
+                             START_READY, STREAM_SHORT, WEIGHTS_VALID, SpecModel)
 
 CFG = load_config(os.environ.get("AXIL_CONFIG", "configs/tiny.toml"))
 SEED = int(os.environ.get("AXIL_SEED", "1"))
@@ -47,8 +47,10 @@ class AxiLiteTB:
         self.starts: list[int] = []
         self.wwin: list[tuple[int, int, int]] = []
         self.cycle = 0
-        for name in ("busy", "done_set", "error_set", "error_cause", "cycles", "busy_cycles"):
+        for name in ("busy", "done_set", "error_set", "error_cause", "cycles", "busy_cycles",
+                     "stall_cycles"):
             getattr(dut, name).value = 0
+        dut.start_ready.value = 1
 
     async def reset(self):
         cocotb.start_soon(Clock(self.dut.clk, 10, unit="ns").start())
@@ -108,7 +110,7 @@ async def registers_against_spec(dut):
     rng = random.Random(SEED)
     base, words = RMAP.window_base, RMAP.window_words
     regs = [r.offset for r in RMAP]
-    odd = [0x034, 0x07C, 0x084, 0x0FC, 0x400, base - 4, base + 4 * words, 2 * base - 4]
+    odd = [0x038, 0x07C, 0x084, 0x0FC, 0x400, base - 4, base + 4 * words, 2 * base - 4]
 
     def address():
         k = rng.random()
@@ -147,7 +149,11 @@ async def registers_against_spec(dut):
         elif k < 0.92:
             model.busy = int(rng.random() < 0.4)
             model.cycles, model.busy_cycles = rng.getrandbits(32), rng.getrandbits(32)
-            await tb.drive(busy=model.busy, cycles=model.cycles, busy_cycles=model.busy_cycles)
+            # Derived, not drawn: the random sequence stays the one the checks were tuned on.
+            model.stall_cycles = model.cycles ^ model.busy_cycles
+            model.start_ready = int(not model.busy or model.cycles & 1)
+            await tb.drive(busy=model.busy, start_ready=model.start_ready, cycles=model.cycles,
+                           busy_cycles=model.busy_cycles, stall_cycles=model.stall_cycles)
         elif k < 0.96:
             await tb.pulse("done_set")
             model.done = 1
@@ -182,14 +188,16 @@ async def engine_run(tb, run_cycles: int, busy_cycles: int, fault: bool = False)
     n = len(tb.starts)
     while len(tb.starts) == n:
         await RisingEdge(tb.dut.clk)
-    await tb.drive(busy=1)
+    await tb.drive(busy=1, start_ready=0)
     await ClockCycles(tb.dut.clk, run_cycles)
     if fault:
-        await tb.drive(busy=0, error_set=1, error_cause=ENGINE_FAULT, cycles=run_cycles + 1,
+        await tb.drive(busy=0, start_ready=1, error_set=1, error_cause=ENGINE_FAULT,
+                       cycles=run_cycles + 1,
                        busy_cycles=busy_cycles)
         await tb.drive(error_set=0, error_cause=0)
     else:
-        await tb.drive(busy=0, done_set=1, cycles=run_cycles + 1, busy_cycles=busy_cycles)
+        await tb.drive(busy=0, start_ready=1, done_set=1, cycles=run_cycles + 1,
+                       busy_cycles=busy_cycles)
         await tb.drive(done_set=0)
 
 
@@ -203,7 +211,7 @@ async def weights_and_run(dut):
     assert await m.write(CTRL, START) == OKAY
     assert await m.read(CAUSE) == (BAD_SHIFT, OKAY)
     assert await m.write(CAUSE, BAD_SHIFT) == OKAY
-    assert await m.read(STATUS) == (WEIGHTS_VALID, OKAY)
+    assert await m.read(STATUS) == (WEIGHTS_VALID | START_READY, OKAY)
     layer = random_layer(np.random.default_rng(SEED))
     image = pack_window(RMAP, layer)
     if len(image) <= 2048:
@@ -223,7 +231,7 @@ async def weights_and_run(dut):
     assert tb.wwin == [(w, image[w], 0xF) for w in words]
     assert tb.ports()["rq_pv_mult"] == layer.rq_pv.mult
     assert tb.ports()["exp_shift"] == layer.exp_shift
-    assert (await m.read(STATUS))[0] == 0                  # not committed yet
+    assert (await m.read(STATUS))[0] == START_READY                  # not committed yet
     assert await m.read(RMAP.window_base) == (0, SLVERR)
     assert await m.write(COMMIT, 1) == OKAY
 
@@ -257,21 +265,21 @@ async def weights_and_run(dut):
     await tb.pulse("error_set", error_cause=STREAM_SHORT)
     await engine
     status, _ = await m.read(STATUS)
-    assert status == DONE | ERROR | WEIGHTS_VALID, hex(status)
+    assert status == DONE | ERROR | WEIGHTS_VALID | START_READY, hex(status)
     assert await m.read(CAUSE) == (START_WHILE_BUSY | STREAM_SHORT, OKAY)
     assert await m.write(STATUS, DONE | ERROR) == OKAY
-    assert await m.read(STATUS) == (WEIGHTS_VALID, OKAY)
+    assert await m.read(STATUS) == (WEIGHTS_VALID | START_READY, OKAY)
     assert len(tb.starts) == 2
 
     # A third run: a matrix engine rejects a command and the engine abandons the run.
     engine = cocotb.start_soon(engine_run(tb, 20, 5, fault=True))
     assert await m.write(CTRL, START | IRQ_EN) == OKAY
     await engine
-    assert await m.read(STATUS) == (ERROR | WEIGHTS_VALID, OKAY)
+    assert await m.read(STATUS) == (ERROR | WEIGHTS_VALID | START_READY, OKAY)
     assert await m.read(CAUSE) == (ENGINE_FAULT, OKAY)
     assert dut.irq.value == 1
     assert await m.write(CAUSE, ENGINE_FAULT) == OKAY
-    assert await m.read(STATUS) == (WEIGHTS_VALID, OKAY)
+    assert await m.read(STATUS) == (WEIGHTS_VALID | START_READY, OKAY)
     assert dut.irq.value == 0
     assert len(tb.starts) == 3
 
@@ -286,7 +294,7 @@ async def weights_and_run(dut):
             assert await m.write(CTRL, START | IRQ_EN) == OKAY
             assert await m.read(CAUSE) == (BAD_SHIFT, OKAY), (reg.name, bad)
             assert await m.write(CAUSE, BAD_SHIFT) == OKAY
-            assert await m.read(STATUS) == (WEIGHTS_VALID, OKAY)
+            assert await m.read(STATUS) == (WEIGHTS_VALID | START_READY, OKAY)
         assert await m.write(reg.offset, values[reg.name]) == OKAY
     await ClockCycles(dut.clk, 3)
     assert len(tb.starts) == 3
@@ -300,5 +308,5 @@ async def weights_and_run(dut):
         assert polls < 100, "run never finished"
     await engine
     assert await m.read(CAUSE) == (0, OKAY)
-    assert await m.read(STATUS) == (DONE | WEIGHTS_VALID, OKAY)
+    assert await m.read(STATUS) == (DONE | WEIGHTS_VALID | START_READY, OKAY)
     assert len(tb.starts) == 4
