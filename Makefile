@@ -4,7 +4,9 @@
 # make accuracy                          build/accuracy/accuracy.json and a plot
 # make lint                              verilator --lint-only -Wall of every generated block
 # make bench [CONFIG=...]                cycle benchmarks: matrix engine, softmax, whole layer
+#                                        (build/bench/bench.json and bench.png)
 # make synth-blocks [CONFIG=...]         ECP5 resources of the matrix engine and softmax unit
+# make synth [TARGET=ecp5|ice40|xc7] [CONFIG=...]  whole top: resources, Fmax, build/synth/<target>/report.json
 
 SHELL   := /bin/bash
 PYTHON  ?= python3
@@ -12,14 +14,15 @@ VENV    := .venv
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 CONFIG  ?= configs/default.toml
+TARGET  ?= ecp5
 JOBS    ?= auto
 
-.PHONY: .simulators all setup verilog test test-fast accuracy lint bench synth-blocks clean distclean help
+.PHONY: .simulators all setup verilog test test-fast accuracy lint bench synth-blocks synth clean distclean help
 
 all: verilog
 
 help:
-	@sed -n '1,9p' Makefile
+	@sed -n '1,8p' Makefile
 
 setup: $(STAMP) .simulators
 
@@ -53,11 +56,14 @@ lint: setup
 bench: setup
 	$(PY) -m sim.bench_matmul --config $(CONFIG)
 	$(PY) -m sim.bench_softmax --config $(CONFIG)
-	$(PY) -m sim.bench_layer --config $(CONFIG) --engines 1 $(shell $(PY) -c "import golden; print(golden.load_config('$(CONFIG)').engines)") --out build/bench/layer.json
+	$(PY) -m sim.bench_layer --config $(CONFIG) --scaling 1 --out build/bench/bench.json
 
 synth-blocks: setup
 	$(PY) -m sim.synth_matmul --config $(CONFIG)
 	$(PY) -m sim.synth_softmax --config $(CONFIG)
+
+synth: setup
+	$(PY) -m sim.synth --target $(TARGET) --config $(CONFIG)
 
 clean:
 	rm -rf build sim_build .pytest_cache

@@ -7,7 +7,12 @@
 - ``regmap.json``         the AXI4-Lite register map;
 - ``attention_regs.h``    the same as a C header;
 - ``config.json``         the resolved configuration, with derived widths;
-- ``config.toml``         the configuration as loaded (re-loadable).
+- ``config.toml``         the configuration as loaded (re-loadable);
+- ``attention_top.sdc``   clock-constraint template, SDC (``--clock-mhz``, default 100);
+- ``attention_top.xdc``   the same for Vivado (XDC);
+- ``attention_top.core``  a FuseSoC CAPI2 core of these files (targets default, lint, sim,
+  synth, vivado): ``fusesoc --cores-root build/verilog run --target=lint
+  attention-accel:ip:attention_top``.
 
 An invalid configuration prints one line naming the field, the value and the allowed range and
 exits with status 2; nothing is written. Outputs are written to a temporary folder first and
@@ -27,23 +32,29 @@ from pathlib import Path
 from golden.config import ConfigError, load_config
 
 TOP = "attention_top"
+DEFAULT_CLOCK_MHZ = 100.0
 
 
-def _generate(cfg, out: Path) -> list[Path]:
+def _generate(cfg, out: Path, clock_mhz: float = DEFAULT_CLOCK_MHZ) -> list[Path]:
     from .attention_top import AttentionTop
+    from .collateral import fusesoc_core_text, sdc_text, xdc_text
     from .regmap import regmap_c_header, regmap_json
     from .verilog import to_verilog
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".gen-", dir=out.parent))
     try:
+        top = AttentionTop(cfg)
         files = {
-            f"{TOP}.v": to_verilog(AttentionTop(cfg), TOP),
+            f"{TOP}.v": to_verilog(top, TOP),
             f"{TOP}.f": f"{TOP}.v\n",
             "regmap.json": regmap_json(cfg),
             "attention_regs.h": regmap_c_header(cfg),
             "config.json": cfg.to_json() + "\n",
             "config.toml": cfg.to_toml(),
+            f"{TOP}.sdc": sdc_text(cfg, top, clock_mhz),
+            f"{TOP}.xdc": xdc_text(cfg, top, clock_mhz),
+            f"{TOP}.core": fusesoc_core_text(cfg, f"{TOP}.v", f"{TOP}.sdc", f"{TOP}.xdc"),
         }
         for name, text in files.items():
             (tmp / name).write_text(text)
@@ -58,9 +69,13 @@ def _generate(cfg, out: Path) -> list[Path]:
 
 
 def cmd_generate(args) -> int:
+    if not 0 < args.clock_mhz <= 2000:
+        print(f"error: --clock-mhz must be in (0, 2000], not {args.clock_mhz:g}",
+              file=sys.stderr)
+        return 2
     cfg = load_config(args.config)
     t0 = time.monotonic()
-    written = _generate(cfg, Path(args.out))
+    written = _generate(cfg, Path(args.out), args.clock_mhz)
     dt = time.monotonic() - t0
     print(f"{cfg.name}: d_model {cfg.d_model}, {cfg.heads} heads x {cfg.head_dim}, "
           f"seq <= {cfg.max_seq_len}, kv <= {cfg.max_kv_len}, {cfg.engines} engine(s) of "
@@ -101,9 +116,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m hw", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("generate", help="write Verilog, file list, register map and config")
+    p = sub.add_parser("generate", help="write Verilog, file list, register map, config, "
+                       "constraint templates and FuseSoC core")
     p.add_argument("--config", default="configs/default.toml")
     p.add_argument("--out", default="build/verilog")
+    p.add_argument("--clock-mhz", type=float, default=DEFAULT_CLOCK_MHZ,
+                   help="clock of the SDC/XDC constraint templates, MHz (default 100)")
     p.set_defaults(func=cmd_generate)
     p = sub.add_parser("lint", help="verilator --lint-only -Wall on the generated top")
     p.add_argument("--config", default="configs/default.toml")

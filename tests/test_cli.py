@@ -19,7 +19,8 @@ def test_generate_writes_everything(capsys):
     assert main(["generate", "--config", "configs/tiny.toml", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     for name in ("attention_top.v", "attention_top.f", "regmap.json", "attention_regs.h",
-                 "config.json", "config.toml"):
+                 "config.json", "config.toml", "attention_top.sdc", "attention_top.xdc",
+                 "attention_top.core"):
         assert (out / name).stat().st_size > 0
         assert name in printed
     verilog = (out / "attention_top.v").read_text()
@@ -29,6 +30,25 @@ def test_generate_writes_everything(capsys):
         assert port in verilog.split(");")[0], port
     assert json.loads((out / "config.json").read_text())["model"]["d_model"] == 16
     assert json.loads((out / "regmap.json").read_text())
+    assert "create_clock -name clk -period 10.000 [get_ports clk]" in \
+        (out / "attention_top.sdc").read_text()
+    assert "name: attention-accel:ip:attention_top:" in (out / "attention_top.core").read_text()
+
+
+def test_clock_option_sets_the_constraint_period():
+    out = OUT / "clock"
+    assert main(["generate", "--config", "configs/tiny.toml", "--out", str(out),
+                 "--clock-mhz", "150"]) == 0
+    assert "-period 6.667 " in (out / "attention_top.sdc").read_text()
+    assert "-period 6.667 " in (out / "attention_top.xdc").read_text()
+
+
+def test_bad_clock_is_refused(capsys):
+    out = OUT / "bad-clock"
+    assert main(["generate", "--config", "configs/tiny.toml", "--out", str(out),
+                 "--clock-mhz", "0"]) == 2
+    assert "--clock-mhz" in capsys.readouterr().err
+    assert not out.exists()
 
 
 def test_lint_clean_with_documented_waivers():

