@@ -65,6 +65,31 @@ def _aw(depth):
     return max(1, (depth - 1).bit_length())
 
 
+# Values up to this many bits are divided by a constant through a table (a LUT multiplexer);
+# wider ones fall back to Yosys's divider.
+_DIVMOD_TABLE_BITS = 10
+
+
+def divmod_const(value, divisor: int):
+    """``(value // divisor, value % divisor)`` of an unsigned value by a constant, without a
+    divider circuit: bit slices for a power of two, else a constant table for values of up to
+    ``_DIVMOD_TABLE_BITS`` bits. Yosys builds ``//`` by any other constant as a restoring
+    divider, a chain of subtractors as long as the value is wide, which limited the clock of
+    the whole top."""
+    value = Value.cast(value)
+    if divisor < 1:
+        raise ValueError(f"divisor {divisor} must be >= 1")
+    if divisor & (divisor - 1) == 0:
+        s = divisor.bit_length() - 1
+        return value[s:] if s < len(value) else C(0, 1), value[:s] if s else C(0, 1)
+    if len(value) > _DIVMOD_TABLE_BITS:
+        return value // divisor, value % divisor
+    n = 1 << len(value)
+    q = Array(C(v // divisor, range((n - 1) // divisor + 1)) for v in range(n))
+    r = Array(C(v % divisor, range(divisor)) for v in range(n))
+    return q[value], r[value]
+
+
 WordStream = stream.Signature(data.StructLayout({"data": 32, "last": 1}))
 
 # Bit positions of ERROR_CAUSE that the core itself raises (the rest come from the registers).
@@ -250,31 +275,32 @@ class AttentionCore(wiring.Component):
         for e in range(E):
             wp = w_mem[e].write_port(granularity=8)
             bp = b_mem[e].write_port(granularity=cfg.bias_bits)
-            mw = ww_addr % self.matrix_words
-            wsel = ww_addr // self.matrix_words
-            n = mw // D4
-            kw = mw % D4
-            h, ch = n // dk, n % dk
-            tn, c = ch // C, ch % C
+            wsel, mw = divmod_const(ww_addr, self.matrix_words)
+            n, kw = divmod_const(mw, D4)
+            h, ch = divmod_const(n, dk)
+            tn, c = divmod_const(ch, C)
+            hg, he = divmod_const(h, E)
             m.d.comb += [
-                wp.addr.eq((((wsel * G + h // E) * TN + tn) * D4) + kw),
+                wp.addr.eq((((wsel * G + hg) * TN + tn) * D4) + kw),
                 wp.data.eq(Cat(*[self.wwin_data for _ in range(C)])),
             ]
             # Word layout: lane c holds 4 bytes (kk%4 = 0..3) of column c.
-            with m.If(self.wwin_en & ~w_is_bias & (h % E == e)):
+            with m.If(self.wwin_en & ~w_is_bias & (he == e)):
                 for lane in range(C):
                     with m.If(c == lane):
                         m.d.comb += wp.en[4 * lane:4 * lane + 4].eq(self.wwin_strb)
             ba = ww_addr - 4 * self.matrix_words
-            bsel, bn = ba // d, ba % d
-            bh, bch = bn // dk, bn % dk
+            bsel, bn = divmod_const(ba, d)
+            bh, bch = divmod_const(bn, dk)
+            bhg, bhe = divmod_const(bh, E)
+            btn, bc = divmod_const(bch, C)
             m.d.comb += [
-                bp.addr.eq((bsel * G + bh // E) * TN + bch // C),
+                bp.addr.eq((bsel * G + bhg) * TN + btn),
                 bp.data.eq(Cat(*[self.wwin_data[:cfg.bias_bits] for _ in range(C)])),
             ]
-            with m.If(self.wwin_en & w_is_bias & (bh % E == e) & (self.wwin_strb == 0xF)):
+            with m.If(self.wwin_en & w_is_bias & (bhe == e) & (self.wwin_strb == 0xF)):
                 for lane in range(C):
-                    with m.If(bch % C == lane):
+                    with m.If(bc == lane):
                         m.d.comb += bp.en[lane].eq(1)
 
         # ------------------------------------------------------------ job registers
@@ -331,20 +357,23 @@ class AttentionCore(wiring.Component):
         col0 = f_tn * C
         # A-side address and lane select per source.
         kk = f_kk
-        h_a = kk // dk
-        ch_a = kk % dk
+        h_a, ch_a = divmod_const(kk, dk)
+        kk_c, kk_cl = divmod_const(kk, C)
+        kk_l, kk_ll = divmod_const(kk, L)
+        h_ag, h_ae = divmod_const(h_a, E)
+        ch_ac, ch_acl = divmod_const(ch_a, C)
         a_addr = Signal(16)
         a_lane = Signal(range(max(4, C, L) + 1))
         with m.Switch(job_a):
             with m.Case(A_X, A_KV):
                 m.d.comb += [a_addr.eq(f_tm * D4 + kk // 4), a_lane.eq(kk % 4)]
             with m.Case(A_Q):
-                m.d.comb += [a_addr.eq((f_tm * G + job_lh) * TN + kk // C), a_lane.eq(kk % C)]
+                m.d.comb += [a_addr.eq((f_tm * G + job_lh) * TN + kk_c), a_lane.eq(kk_cl)]
             with m.Case(A_P):
-                m.d.comb += [a_addr.eq(f_tm * KB + kk // L), a_lane.eq(kk % L)]
+                m.d.comb += [a_addr.eq(f_tm * KB + kk_l), a_lane.eq(kk_ll)]
             with m.Case(A_ATTN):
-                m.d.comb += [a_addr.eq((f_tm * G + h_a // E) * TN + ch_a // C),
-                             a_lane.eq(ch_a % C)]
+                m.d.comb += [a_addr.eq((f_tm * G + h_ag) * TN + ch_ac),
+                             a_lane.eq(ch_acl)]
         b_addr = Signal(20)
         b_lane = Signal(range(max(4, C) + 1))
         with m.Switch(job_b):
@@ -352,7 +381,7 @@ class AttentionCore(wiring.Component):
                 m.d.comb += [b_addr.eq(((job_w * G + job_lh) * TN + f_tn) * D4 + kk // 4),
                              b_lane.eq(kk % 4)]
             with m.Case(B_K):
-                m.d.comb += [b_addr.eq((f_tn * G + job_lh) * TN + kk // C), b_lane.eq(kk % C)]
+                m.d.comb += [b_addr.eq((f_tn * G + job_lh) * TN + kk_c), b_lane.eq(kk_cl)]
             with m.Case(B_V):
                 m.d.comb += [b_addr.eq((kk * G + job_lh) * TN + f_tn), b_lane.eq(0)]
 
@@ -379,7 +408,7 @@ class AttentionCore(wiring.Component):
                     s1_a_lane.eq(a_lane), s1_b_lane.eq(b_lane),
                     s1_amask.eq(Cat(*[row0 + r < job_m for r in range(R)])),
                     s1_bmask.eq(Cat(*[col0 + c < job_n for c in range(C)])),
-                    s1_attn_e.eq(h_a % E), s1_src_a.eq(job_a), s1_src_b.eq(job_b),
+                    s1_attn_e.eq(h_ae), s1_src_a.eq(job_a), s1_src_b.eq(job_b),
                 ]
                 m.d.sync += f_kk.eq(f_kk + 1)
                 with m.If(last_kk):
@@ -493,7 +522,9 @@ class AttentionCore(wiring.Component):
             res = eng.result
             m.d.comb += res.ready.eq(1)
             i = res.payload.row
-            tn = res.payload.col // C
+            tn, _ = divmod_const(res.payload.col, C)
+            i_r, i_rr = divmod_const(i, R)
+            i_c, i_cc = divmod_const(i, C)
             head_ok = (job_lh * E + e) < cfg.heads
             bytes_ = Cat(*[res.payload.data[c][:8] for c in range(C)])
             scores = Cat(*[res.payload.data[c][:SB] for c in range(C)])
@@ -505,16 +536,16 @@ class AttentionCore(wiring.Component):
             aw = [mm.write_port() for mm in a_mem[e]]
             ow = o_mem[e].write_port()
             for r in range(R):
-                m.d.comb += [qw[r].addr.eq(((i // R) * G + job_lh) * TN + tn),
+                m.d.comb += [qw[r].addr.eq((i_r * G + job_lh) * TN + tn),
                              qw[r].data.eq(bytes_),
-                             qw[r].en.eq(we & (job_dst == D_Q) & (i % R == r)),
-                             aw[r].addr.eq(((i // R) * G + job_lh) * TN + tn),
+                             qw[r].en.eq(we & (job_dst == D_Q) & (i_rr == r)),
+                             aw[r].addr.eq((i_r * G + job_lh) * TN + tn),
                              aw[r].data.eq(bytes_),
-                             aw[r].en.eq(we & (job_dst == D_ATTN) & (i % R == r))]
+                             aw[r].en.eq(we & (job_dst == D_ATTN) & (i_rr == r))]
             for c in range(C):
-                m.d.comb += [kw[c].addr.eq(((i // C) * G + job_lh) * TN + tn),
+                m.d.comb += [kw[c].addr.eq((i_c * G + job_lh) * TN + tn),
                              kw[c].data.eq(bytes_),
-                             kw[c].en.eq(we & (job_dst == D_K) & (i % C == c))]
+                             kw[c].en.eq(we & (job_dst == D_K) & (i_cc == c))]
             m.d.comb += [
                 vw.addr.eq((i * G + job_lh) * TN + tn), vw.data.eq(bytes_),
                 vw.en.eq(we & (job_dst == D_V)),
@@ -542,10 +573,12 @@ class AttentionCore(wiring.Component):
         ss1_sel = Signal(range(max(2, C // L)))
         sm_valids, s_adv = fork(m, "sm", ss1_valid, [sm.scores.ready for sm in softmaxes])
         sf_last = sf_b + 1 >= sf_nb
+        # Beat b holds lanes b*L .. b*L+L-1: score word (b*L) // C, lane group within it.
+        sf_word, sf_lane_group = divmod_const(sf_b, C // L)
         s_rps = [s_mem[e].read_port() for e in range(E)]
         for e, sm in enumerate(softmaxes):
             m.d.comb += [
-                s_rps[e].addr.eq(sf_i * TNk + (sf_b * L) // C),
+                s_rps[e].addr.eq(sf_i * TNk + sf_word),
                 s_rps[e].en.eq(s_adv),
                 sm.scores.valid.eq(sm_valids[e]),
                 sm.scores.payload.row.eq(ss1_row),
@@ -567,7 +600,7 @@ class AttentionCore(wiring.Component):
             m.d.sync += ss1_valid.eq(sf_go)
             with m.If(sf_go):
                 m.d.sync += [ss1_row.eq(sf_i), ss1_last.eq(sf_last),
-                             ss1_sel.eq(((sf_b * L) % C) // L), sf_b.eq(sf_b + 1)]
+                             ss1_sel.eq(sf_lane_group), sf_b.eq(sf_b + 1)]
                 with m.If(sf_last):
                     m.d.sync += [sf_b.eq(0), sf_i.eq(sf_i + 1)]
                     with m.If(sf_i + 1 >= seq):
@@ -579,11 +612,11 @@ class AttentionCore(wiring.Component):
             m.d.comb += pr.ready.eq(1)
             pw_b = Signal(range(KB + 1), name=f"pw_b{e}")
             pw = [mm.write_port() for mm in p_mem[e]]
-            i = pr.payload.row
+            i_r, i_rr = divmod_const(pr.payload.row, R)
             for r in range(R):
-                m.d.comb += [pw[r].addr.eq((i // R) * KB + pw_b),
+                m.d.comb += [pw[r].addr.eq(i_r * KB + pw_b),
                              pw[r].data.eq(Cat(*[pr.payload.data[lane] for lane in range(L)])),
-                             pw[r].en.eq(pr.valid & (i % R == r))]
+                             pw[r].en.eq(pr.valid & (i_rr == r))]
             with m.If(pr.valid):
                 m.d.sync += pw_b.eq(Mux(pr.payload.last, 0, pw_b + 1))
                 with m.If(pr.payload.last):
@@ -604,15 +637,16 @@ class AttentionCore(wiring.Component):
         kv_wp = [mm.write_port() for mm in kv_mem] if cfg.cross_attention else None
         ld_beat = self.x_in.valid & self.x_in.ready
         ld_final = (ld_w + 1 == D4) & (ld_i + 1 == ld_rows)
+        ld_t, ld_r = divmod_const(ld_i, R)
         for r in range(R):
-            m.d.comb += [x_wp[r].addr.eq(Cat(((ld_i // R) * D4 + ld_w)[:x_aw], ld_set["bank"])),
+            m.d.comb += [x_wp[r].addr.eq(Cat((ld_t * D4 + ld_w)[:x_aw], ld_set["bank"])),
                          x_wp[r].data.eq(self.x_in.payload.data),
-                         x_wp[r].en.eq(ld_beat & ~ld_kv & (ld_i % R == r))]
+                         x_wp[r].en.eq(ld_beat & ~ld_kv & (ld_r == r))]
             if kv_wp:
-                m.d.comb += [kv_wp[r].addr.eq(Cat(((ld_i // R) * D4 + ld_w)[:kv_aw],
+                m.d.comb += [kv_wp[r].addr.eq(Cat((ld_t * D4 + ld_w)[:kv_aw],
                                                   ld_set["bank"])),
                              kv_wp[r].data.eq(self.x_in.payload.data),
-                             kv_wp[r].en.eq(ld_beat & ld_kv & (ld_i % R == r))]
+                             kv_wp[r].en.eq(ld_beat & ld_kv & (ld_r == r))]
 
         def accept_start():
             """Sample the run settings of a new sequence and start loading it."""
@@ -688,13 +722,14 @@ class AttentionCore(wiring.Component):
         os1_k = Signal(range(max(K, 2)))
         os1_last = Signal()
         o_rps = [o_mem[e].read_port() for e in range(E)]
-        oh = o_col // dk
-        och = o_col % dk
+        oh, och = divmod_const(o_col, dk)
+        ohg, ohe = divmod_const(oh, E)
+        ochc, ochcl = divmod_const(och, C)
         o_issue = st_active & (o_i < st_seq)
         o_out = os1_valid & (os1_k == K - 1)
         o_adv = ~os1_valid | (os1_k != K - 1) | self.y_out.ready
         for e in range(E):
-            m.d.comb += [o_rps[e].addr.eq(Cat(((o_i * G + oh // E) * TN + och // C)[:o_aw],
+            m.d.comb += [o_rps[e].addr.eq(Cat(((o_i * G + ohg) * TN + ochc)[:o_aw],
                                               st_bank)),
                          o_rps[e].en.eq(o_adv)]
         chunk = Signal(8 * P)
@@ -705,8 +740,8 @@ class AttentionCore(wiring.Component):
         with m.If(o_adv):
             m.d.sync += os1_valid.eq(o_issue)
             with m.If(o_issue):
-                m.d.sync += [os1_e.eq(oh % E), os1_c.eq((och % C) // P),
-                             os1_k.eq((o_col // P) % K),
+                m.d.sync += [os1_e.eq(ohe), os1_c.eq(divmod_const(ochcl, P)[0]),
+                             os1_k.eq(divmod_const(divmod_const(o_col, P)[0], K)[1]),
                              os1_last.eq((o_i + 1 == st_seq) & (o_col + P == d)),
                              o_col.eq(o_col + P)]
                 with m.If(o_col + P == d):

@@ -207,3 +207,25 @@ def test_output_read_widths(cols, lanes):
     for run, (words, err, _) in zip(runs, results):
         assert err is None
         check_outputs(cfg, layer, run, words)
+
+
+@pytest.mark.parametrize("width,divisor", [(7, 6), (5, 8), (4, 3), (11, 6), (3, 1)])
+def test_divmod_const(width, divisor):
+    """Quotient and remainder by a constant for every value: slices for powers of two, a
+    table up to 10 bits, Yosys's divider beyond."""
+    from amaranth import Module, Signal
+    from hw.attention_core import divmod_const
+    m = Module()
+    value = Signal(width)
+    q, r = divmod_const(value, divisor)
+    qs, rs = Signal(width + 1), Signal(width + 1)
+    m.d.comb += [qs.eq(q), rs.eq(r)]
+    sim = Simulator(m)
+
+    async def tb(ctx):
+        for v in range(1 << width):
+            ctx.set(value, v)
+            assert (ctx.get(qs), ctx.get(rs)) == divmod(v, divisor), v
+
+    sim.add_testbench(tb)
+    sim.run()
