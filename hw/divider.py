@@ -9,7 +9,7 @@ and keeps one row per cycle for any row length.
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -71,8 +71,9 @@ class ReciprocalDivider(wiring.Component):
 
     @staticmethod
     def latency_for(recip_bits: int) -> int:
-        """Cycles from input to output: leading-one detection, normalisation, R + 1 steps."""
-        return recip_bits + 3
+        """Cycles from input to output: input register, leading-one detection, normalisation
+        (two shift stages), R + 1 steps."""
+        return recip_bits + 5
 
     @property
     def latency(self) -> int:
@@ -82,37 +83,46 @@ class ReciprocalDivider(wiring.Component):
         S, R = self._sum_bits, self._recip_bits
         m = Module()
 
-        # Stage 1: leading one (the last matching If wins, so the highest set bit).
-        valid, tag = Signal(), Signal(self._tag_width)
-        total, lead, norm_shift = Signal(S), Signal(range(S)), Signal(range(S))
-        lead_c, shift_c = Signal(range(S)), Signal(range(S))
-        for i in range(S):
-            with m.If(self.i_sum[i]):
-                m.d.comb += [lead_c.eq(i), shift_c.eq(S - 1 - i)]
-        m.d.sync += [valid.eq(self.i_valid), tag.eq(self.i_tag), total.eq(self.i_sum),
-                     lead.eq(lead_c), norm_shift.eq(shift_c)]
+        # Stage 1: input register (the sum arrives straight from the row accumulator's adder).
+        v0, tag0, sum0 = Signal(), Signal(self._tag_width), Signal(S)
+        m.d.sync += [v0.eq(self.i_valid), tag0.eq(self.i_tag), sum0.eq(self.i_sum)]
 
-        # Stage 2: normalise so the divisor's top bit is bit S-1.
+        # Stage 2: leading zeros above the highest set bit, as a log-depth tree (S - 1 for
+        # sum = 0, where lead = 0).
+        valid, tag = Signal(), Signal(self._tag_width)
+        total, norm_shift = Signal(S), Signal(range(S))
+        m.d.sync += [valid.eq(v0), tag.eq(tag0), total.eq(sum0),
+                     norm_shift.eq(_leading_zeros(m, sum0))]
+
+        # Stages 3, 4: normalise so the divisor's top bit is bit S-1 (shift by the multiple of
+        # 4 of the distance, then by the rest); lead = S - 1 - that distance.
+        v2a, tag2a, lead2a = Signal(), Signal(self._tag_width), Signal(range(S))
+        coarse, fine = Signal(S), Signal(2)
+        m.d.sync += [v2a.eq(valid), tag2a.eq(tag), lead2a.eq(S - 1 - norm_shift),
+                     coarse.eq(total << Cat(Const(0, 2), norm_shift[2:])),
+                     fine.eq(norm_shift[:2])]
         v2, tag2, lead2 = Signal(), Signal(self._tag_width), Signal(range(S))
         divisor = Signal(S)
-        m.d.sync += [v2.eq(valid), tag2.eq(tag), lead2.eq(lead),
-                     divisor.eq(total << norm_shift)]
+        m.d.sync += [v2.eq(v2a), tag2.eq(tag2a), lead2.eq(lead2a),
+                     divisor.eq(coarse << fine)]
 
-        # Stages 3..R+3: one quotient bit each, most significant first. The partial remainder
-        # starts at 2**(S-1) <= divisor and stays below 2 * divisor, so it needs S + 1 bits.
+        # Stages 5..R+5: one quotient bit each, most significant first. The partial remainder
+        # starts at 2**(S-1) <= divisor and stays below 2 * divisor, so it needs S + 1 bits;
+        # the comparison is the borrow of the subtraction (one carry chain per stage).
         quot = None
         v, t, ld, d = v2, tag2, lead2, divisor
-        rem_c = 1 << (S - 1)
+        rem_c = Const(1 << (S - 1), S + 1)
         for step in range(R + 1):
-            ge = Signal(name=f"ge{step}")
-            m.d.comb += ge.eq(rem_c >= d)
+            diff = Signal(S + 2, name=f"diff{step}")
+            m.d.comb += diff.eq(rem_c - d)
+            ge = ~diff[S + 1]
             nrem = Signal(S + 1, name=f"rem{step}")
             nquot = Signal(step + 1, name=f"quot{step}")
             nv, nt = Signal(name=f"v{step}"), Signal(self._tag_width, name=f"tag{step}")
             nld, nd = Signal(range(S), name=f"lead{step}"), Signal(S, name=f"div{step}")
             if step < R:  # the last remainder and divisor are not needed
                 with m.If(ge):
-                    m.d.sync += nrem.eq((rem_c - d) << 1)
+                    m.d.sync += nrem.eq(diff[:S] << 1)
                 with m.Else():
                     m.d.sync += nrem.eq(rem_c << 1)
                 m.d.sync += nd.eq(d)
@@ -126,3 +136,20 @@ class ReciprocalDivider(wiring.Component):
         m.d.comb += [self.o_valid.eq(v), self.o_recip.eq(quot), self.o_lead.eq(ld),
                      self.o_tag.eq(t)]
         return m
+
+
+def _leading_zeros(m, value):
+    """Number of zeros above the highest set bit of ``value`` (``len(value) - 1`` if it is
+    zero), as a balanced tree of 2-way merges (depth log2 of the width)."""
+    def tree(v):
+        # (any bit set, zeros above the highest one, or width - 1 if none)
+        width = len(v)
+        if width == 1:
+            return v[0], Const(0, 1)
+        half = width - (1 << ((width - 1).bit_length() - 1))   # bits above a power of 2
+        hi_any, hi_lz = tree(v[width - half:])
+        lo_any, lo_lz = tree(v[:width - half])
+        lz = Signal((width - 1).bit_length(), name=f"lz_{width}")
+        m.d.comb += lz.eq(Mux(hi_any, hi_lz, half + lo_lz))
+        return hi_any | lo_any, lz
+    return tree(value)[1]

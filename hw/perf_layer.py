@@ -115,7 +115,7 @@ def _softmax_row_done(cfg, arrivals, beats):
     x_last = n_last = -1 << 30
     out = []
     for a in arrivals:
-        readable = a + beats + t.queue_latency
+        readable = a + beats - 1 + t.reduce_latency + t.queue_latency
         x_load = max(readable, x_last)
         x_last = x_load + beats
         recip_ready = x_last + t.exp_latency + 1 + t.divider_latency + t.queue_latency

@@ -6,7 +6,8 @@ and it has issued the previous row's last beat. With the ring buffers sized as i
 input is never throttled, so the schedule is a max-plus recurrence over the rows:
 
 - reduce: beats accepted at ``a .. a + L - 1``; the row's (max, beats) descriptor is written
-  into the max queue one cycle after the last beat, and is readable ``queue_latency`` later;
+  into the max queue ``reduce_latency`` cycles after the last beat, and is readable
+  ``queue_latency`` cycles after that;
 - exponentiate: loads the descriptor at ``max(readable, last issue of the previous row)`` and
   issues reads at the following L cycles; the row sum enters the divider ``exp_latency + 1``
   cycles after the last issue, leaves ``divider_latency`` later into the reciprocal queue;
@@ -31,6 +32,7 @@ __all__ = ["SoftmaxTiming", "row_beats", "softmax_schedule", "softmax_cycles"]
 class SoftmaxTiming:
     """Stage latencies of the unit for one configuration (read from the hardware class)."""
 
+    reduce_latency: int
     queue_latency: int
     exp_latency: int
     divider_latency: int
@@ -40,8 +42,8 @@ class SoftmaxTiming:
     def of(cls, cfg: AttentionConfig) -> "SoftmaxTiming":
         from .softmax import SoftmaxGeometry
         geo = SoftmaxGeometry(cfg)
-        return cls(geo.queue_latency, geo.exp_latency, geo.divider_latency,
-                   geo.normalise_latency)
+        return cls(geo.reduce_latency, geo.queue_latency, geo.exp_latency,
+                   geo.divider_latency, geo.normalise_latency)
 
 
 def row_beats(cfg: AttentionConfig, keys: int) -> int:
@@ -60,7 +62,7 @@ def softmax_schedule(cfg: AttentionConfig, beats: list[int]) -> list[list[int]]:
     for L in beats:
         if L < 1:
             raise ValueError(f"a row has at least one beat, not {L}")
-        readable = a + L + t.queue_latency
+        readable = a + L - 1 + t.reduce_latency + t.queue_latency
         x_load = max(readable, x_last)
         x_last = x_load + L
         recip_ready = x_last + t.exp_latency + 1 + t.divider_latency + t.queue_latency
