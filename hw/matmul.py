@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Array, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from golden.config import AttentionConfig
 
+from .dsp import WideMultiplier
 from .systolic import SystolicArray
 
 __all__ = ["MatmulEngine", "operand_widths"]
@@ -137,9 +138,12 @@ class MatmulEngine(wiring.Component):
             "error": Out(1),
         })
 
-    # Steps from a row in the array's row_data to its result beat being valid: sum, product,
-    # rounding shift, output buffer.
-    POST_LATENCY = 4
+    # Steps for the requantization product (WideMultiplier: DSP operand registers, DSP product
+    # registers, fabric product registers, partial-product sum; padded to this if shorter).
+    PRODUCT_LATENCY = 4
+    # Steps from a row in the array's row_data to its result beat being valid: bias sum, the
+    # requantization product, coarse and fine shift, rounding, output buffer.
+    POST_LATENCY = 1 + PRODUCT_LATENCY + 3 + 1
 
     @property
     def min_tile_steps(self) -> int:
@@ -153,178 +157,314 @@ class MatmulEngine(wiring.Component):
         S = self.min_tile_steps
         m.submodules.array = array = SystolicArray(R, C, self.a_width, self.b_width,
                                                    cfg.acc_bits)
+        mult_bits = cfg.requant_mult_bits
 
         # ---------------------------------------------------------- step enable
-        # Everything from the operand inputs to the output buffer advances in lockstep. The
-        # enable is a function of registers only: the output buffer has room for one more
-        # row, and the bias a tile's row 0 needs is already buffered.
-        out_count = Signal(range(3))
+        # Everything from the operand inputs to the output buffer advances in lockstep, by one
+        # step enable that is itself a register (it fans out to every register of the array):
+        # high in a cycle when the output buffer has room for one more row and the bias a
+        # tile's row 0 needs is buffered. It is computed a cycle ahead from the next state of
+        # those registers; the buffer's room is counted without that cycle's pop (which would
+        # make the enable depend on result.ready), hence three entries.
+        OUT_DEPTH = 3
+        out_count = Signal(range(OUT_DEPTH + 1))
         bias_buf = Signal(data.ArrayLayout(signed(cfg.bias_bits), C))
         bias_buf_valid = Signal()
-        advance = Signal()
+        # Two copies of the enable register: ``advance`` for the array (its PEs and DSP
+        # blocks) and the inverted ``stall`` for everything else, which halves each one's
+        # fanout (an inverted copy is not merged with the other by synthesis). ``go`` is
+        # ~stall, equal to advance in every cycle.
+        advance = Signal(init=1)
+        stall = Signal()
+        go = ~stall
 
+        # Per tile, written when its last beat is issued and read when its rows leave the
+        # array. Everything the row read-out needs is precomputed here (column mask, index of
+        # the tile's last valid row), so the read-out compares only small registers.
         desc_layout = data.StructLayout({
             "row0": unsigned(self.max_m.bit_length()),
             "col0": unsigned(self.max_n.bit_length()),
-            "m": unsigned(self.max_m.bit_length()),
-            "n": unsigned(self.max_n.bit_length()),
+            "col_mask": unsigned(C),
+            "last_row": range(R),
+            "last_tile": 1,
             "bias_en": 1,
             "requant_en": 1,
-            "mult": unsigned(cfg.requant_mult_bits),
+            "mult": unsigned(mult_bits),
             "shift_m1": unsigned(6),
-            "last_tile": 1,
         })
         # Tiles between issuing their last beat and their last row leaving the array: a tile
-        # stays R + C + 2 steps and tiles are at least S steps apart.
-        depth = (R + C + 2) // S + 2
+        # stays R + C + 4 steps and tiles are at least S steps apart.
+        depth = (R + C + 4) // S + 2
         descs = Array(Signal(desc_layout, name=f"desc_{i}") for i in range(depth))
         desc_wr = Signal(range(depth))
         desc_rd = Signal(range(depth))
-        head = descs[desc_rd]
+        desc_rd_next = Signal(range(depth), init=1)   # desc_rd + 1, wrapped
+        head = Signal(desc_layout)            # registered copy of descs[desc_rd]
 
-        row_first = array.row_valid & (array.row_index == 0)
+        row_first = Signal()          # row_data holds row 0 of a tile (a register)
         row_final = array.row_valid & (array.row_index == R - 1)
         bias_take = row_first & head.bias_en
-        m.d.comb += advance.eq((out_count < 2) & ~(bias_take & ~bias_buf_valid))
         m.d.comb += array.en.eq(advance)
 
         # ---------------------------------------------------------- command and feeder
-        cur = Signal(desc_layout)          # row0/col0 of the tile being fed; last_tile unused
-        cur_k = Signal(self.cmd_layout["k"].shape)
-        kk = Signal.like(cur_k)
+        # The position in the command is kept as registered flags and down-counters (first /
+        # last beat of the tile, rows and columns left), so the handshakes and the
+        # descriptor depend on no adder or comparison of wide registers.
+        cur_n = Signal(self.cmd_layout["n"].shape)
+        cur_row0 = Signal(desc_layout["row0"].shape)
+        cur_col0 = Signal(desc_layout["col0"].shape)
+        rows_left = Signal(self.cmd_layout["m"].shape)   # m - row0
+        cols_left = Signal(self.cmd_layout["n"].shape)   # n - col0
+        cur_bias_en, cur_requant_en = Signal(), Signal()
+        cur_mult = Signal(mult_bits)
+        cur_shift_m1 = Signal(6)
+        cur_k_m1 = Signal(self.cmd_layout["k"].shape)    # k - 1
+        cur_k_one = Signal()                             # k == 1
+        kk_left = Signal.like(cur_k_m1)                  # beats of the tile after this one
+        is_first, is_last = Signal(), Signal()           # this beat is the tile's first / last
         busy = Signal()
         since_last = Signal(range(S + 1), init=S)
+        spaced = Signal(init=1)                          # since_last >= S
 
         cmd = self.cmd.payload
         cmd_ok = ((cmd.m >= 1) & (cmd.m <= self.max_m) & (cmd.n >= 1) & (cmd.n <= self.max_n)
                   & (cmd.k >= 1) & (cmd.k <= self.max_k)
                   & (~cmd.requant_en | ((cmd.shift >= 1) & (cmd.shift <= 62))))
 
-        last_k = kk == cur_k - 1
-        gap_ok = ~last_k | (since_last >= S)
+        gap_ok = ~is_last | spaced
         feeding = busy & gap_ok
         issue = feeding & self.a.valid & self.b.valid
-        row_end = cur.col0 + C >= cur.n
-        cmd_end = row_end & (cur.row0 + R >= cur.m)
-        finishing = issue & last_k & cmd_end
+        row_end = cols_left <= C
+        cmd_end = row_end & (rows_left <= R)
+        finishing = issue & is_last & cmd_end
+        cmd_take = self.cmd.valid & self.cmd.ready
 
         m.d.comb += [
-            self.a.ready.eq(advance & feeding & self.b.valid),
-            self.b.ready.eq(advance & feeding & self.a.valid),
-            self.cmd.ready.eq(advance & (~busy | finishing)),
-            array.a.eq(Mux(issue, self.a.payload, 0)),
-            array.b.eq(Mux(issue, self.b.payload, 0)),
-            array.first.eq(issue & (kk == 0)),
-            array.last.eq(issue & last_k),
+            self.a.ready.eq(go & feeding & self.b.valid),
+            self.b.ready.eq(go & feeding & self.a.valid),
+            self.cmd.ready.eq(go & (~busy | finishing)),
+            array.valid.eq(issue),
+            array.a.eq(self.a.payload),
+            array.b.eq(self.b.payload),
+            array.first.eq(issue & is_first),
+            array.last.eq(issue & is_last),
         ]
-        m.d.sync += self.error.eq(self.cmd.valid & self.cmd.ready & ~cmd_ok)
+        m.d.sync += self.error.eq(cmd_take & ~cmd_ok)
 
-        with m.If(advance):
-            m.d.sync += since_last.eq(Mux(since_last < S, since_last + 1, S))
+        new_desc = Signal(desc_layout)
+        m.d.comb += [
+            new_desc.row0.eq(cur_row0), new_desc.col0.eq(cur_col0),
+            new_desc.col_mask.eq(Cat(*(cols_left > c for c in range(C)))),
+            new_desc.last_row.eq(Mux(rows_left >= R, R - 1, rows_left - 1)),
+            new_desc.last_tile.eq(cmd_end), new_desc.bias_en.eq(cur_bias_en),
+            new_desc.requant_en.eq(cur_requant_en), new_desc.mult.eq(cur_mult),
+            new_desc.shift_m1.eq(cur_shift_m1),
+        ]
+
+        with m.If(go):
+            with m.If(issue & is_last):
+                m.d.sync += [since_last.eq(1), spaced.eq(S <= 1)]
+            with m.Else():
+                m.d.sync += [since_last.eq(Mux(since_last < S, since_last + 1, S)),
+                             spaced.eq(since_last >= S - 1)]
             with m.If(issue):
-                m.d.sync += kk.eq(Mux(last_k, 0, kk + 1))
-                with m.If(last_k):
+                with m.If(is_last):
+                    m.d.sync += [kk_left.eq(cur_k_m1), is_first.eq(1), is_last.eq(cur_k_one)]
+                with m.Else():
+                    m.d.sync += [kk_left.eq(kk_left - 1), is_first.eq(0),
+                                 is_last.eq(kk_left == 1)]
+                with m.If(is_last):
                     m.d.sync += [
-                        since_last.eq(1),
-                        descs[desc_wr].eq(cur),
-                        descs[desc_wr].last_tile.eq(cmd_end),
+                        descs[desc_wr].eq(new_desc),
                         desc_wr.eq(Mux(desc_wr == depth - 1, 0, desc_wr + 1)),
                     ]
                     with m.If(row_end):
-                        m.d.sync += [cur.col0.eq(0), cur.row0.eq(cur.row0 + R)]
+                        m.d.sync += [cur_col0.eq(0), cols_left.eq(cur_n),
+                                     cur_row0.eq(cur_row0 + R), rows_left.eq(rows_left - R)]
                     with m.Else():
-                        m.d.sync += cur.col0.eq(cur.col0 + C)
+                        m.d.sync += [cur_col0.eq(cur_col0 + C), cols_left.eq(cols_left - C)]
                     with m.If(cmd_end):
                         m.d.sync += busy.eq(0)
-            with m.If(self.cmd.valid & self.cmd.ready & cmd_ok):
+            with m.If(cmd_take):
+                # A rejected command is loaded too, but leaves busy low. Raw results go through
+                # the requantization datapath as x * 1 >> 0.
                 m.d.sync += [
-                    busy.eq(1),
-                    kk.eq(0),
-                    cur_k.eq(cmd.k),
-                    cur.row0.eq(0),
-                    cur.col0.eq(0),
-                    cur.m.eq(cmd.m),
-                    cur.n.eq(cmd.n),
-                    cur.bias_en.eq(cmd.bias_en),
-                    cur.requant_en.eq(cmd.requant_en),
-                    cur.mult.eq(cmd.mult),
-                    cur.shift_m1.eq(cmd.shift - 1),
+                    busy.eq(cmd_ok),
+                    kk_left.eq(cmd.k - 1),
+                    is_first.eq(1),
+                    is_last.eq(cmd.k == 1),
+                    cur_k_m1.eq(cmd.k - 1),
+                    cur_k_one.eq(cmd.k == 1),
+                    cur_row0.eq(0),
+                    cur_col0.eq(0),
+                    rows_left.eq(cmd.m),
+                    cols_left.eq(cmd.n),
+                    cur_n.eq(cmd.n),
+                    cur_bias_en.eq(cmd.bias_en),
+                    cur_requant_en.eq(cmd.requant_en),
+                    cur_mult.eq(Mux(cmd.requant_en, cmd.mult, 1)),
+                    cur_shift_m1.eq(Mux(cmd.requant_en, cmd.shift - 1, 0)),
                 ]
 
+        # ---------------------------------------------------------- descriptor read-out
+        # head follows descs[desc_rd] one cycle later; when desc_rd moves on, it loads the
+        # next entry directly. A descriptor is written at least C + 5 steps before its tile's
+        # first row leaves the array, so the copy is never stale when it is used.
+        advance_desc = go & row_final
+        head_next = Signal(desc_layout)
+        m.d.comb += head_next.eq(Mux(advance_desc, descs[desc_rd_next], descs[desc_rd]))
+        m.d.sync += head.eq(head_next)
+        with m.If(advance_desc):
+            m.d.sync += [desc_rd.eq(desc_rd_next),
+                         desc_rd_next.eq(Mux(desc_rd_next == depth - 1, 0, desc_rd_next + 1))]
+
         # ---------------------------------------------------------- bias buffer
-        m.d.comb += self.bias.ready.eq(~bias_buf_valid)
+        bias_buf_valid_next = Signal()
+        m.d.comb += [self.bias.ready.eq(~bias_buf_valid),
+                     bias_buf_valid_next.eq(bias_buf_valid)]
         with m.If(self.bias.valid & self.bias.ready):
-            m.d.sync += [bias_buf.eq(self.bias.payload), bias_buf_valid.eq(1)]
-        with m.Elif(advance & bias_take):
-            m.d.sync += bias_buf_valid.eq(0)
+            m.d.sync += bias_buf.eq(self.bias.payload)
+            m.d.comb += bias_buf_valid_next.eq(1)
+        with m.Elif(go & bias_take):
+            m.d.comb += bias_buf_valid_next.eq(0)
+        m.d.sync += bias_buf_valid.eq(bias_buf_valid_next)
 
         # ---------------------------------------------------------- post-processing
+        # q1: bias sum; then PRODUCT_LATENCY stages of the product with mult; "coarse": shift
+        # by the multiple-of-8 part of shift - 1; "shifted": by the rest; "rounded": rounding
+        # (x + 1) >> 1 and the saturation flags; then the saturation and column mask into the
+        # output buffer. meta[i] is the side data of stage q(i + 1).
+        PL = self.PRODUCT_LATENCY
         acc_bits = cfg.acc_bits
         sum_shape = signed(acc_bits + 1)
-        wide_shape = signed(acc_bits + 2 + cfg.requant_mult_bits)
+        wide_shape = signed(acc_bits + 1 + mult_bits)
         meta_layout = data.StructLayout({
             "valid": 1,
             "row": self.result_layout["row"].shape,
             "col": self.result_layout["col"].shape,
             "last": 1,
             "requant_en": 1,
-            "mult": unsigned(cfg.requant_mult_bits),
+            "col_mask": unsigned(C),
             "shift_m1": unsigned(6),
         })
         tile_bias = Signal(data.ArrayLayout(signed(cfg.bias_bits), C))
-        s2, s3, s4 = (Signal(meta_layout, name=f"meta_{i}") for i in (2, 3, 4))
-        s2_sum = [Signal(sum_shape, name=f"sum_{c}") for c in range(C)]
-        s3_val = [Signal(wide_shape, name=f"scaled_{c}") for c in range(C)]
-        s4_val = [Signal(wide_shape, name=f"shifted_{c}") for c in range(C)]
+        meta = [Signal(meta_layout, name=f"meta_{i}") for i in range(1, PL + 5)]
+        q1_sum = [Signal(sum_shape, name=f"sum_{c}") for c in range(C)]
+        q1_mult = Signal(mult_bits)
+        q5_val = [Signal(wide_shape, name=f"coarse_{c}") for c in range(C)]
+        q6_val = [Signal(wide_shape, name=f"shifted_{c}") for c in range(C)]
+        q7_val = [Signal(signed(acc_bits), name=f"rounded_{c}") for c in range(C)]
+        # Saturation: with a = act_bits, the rounded value (x + 1) >> 1 is above qmax iff
+        # x >= 2**a - 1, i.e. x >= 0 and (x >> a != 0 or the low a bits are all ones), and
+        # below qmin iff x < -2**a - 1, i.e. x < 0 and not (x >> a == -1 or (x >> a == -2 and
+        # the low a bits all ones)). q7 keeps these as a few partial reductions (groups of
+        # 16 bits: two LUT levels each), combined at the output.
+        a_bits = cfg.act_bits
+        upper_bits = len(Signal(wide_shape)) - a_bits
+        groups = [(lo, min(lo + 16, upper_bits)) for lo in range(0, upper_bits, 16)]
+        q7_sign = Signal(C)
+        q7_low_ones = Signal(C)
+        q7_bit_a = Signal(C)
+        q7_or = [Signal(len(groups), name=f"upper_or_{c}") for c in range(C)]
+        q7_and = [Signal(len(groups), name=f"upper_and_{c}") for c in range(C)]
+        products = []
+        for c in range(C):
+            mul = WideMultiplier(sum_shape, unsigned(mult_bits))
+            m.submodules[f"requant_mult_{c}"] = mul
+            m.d.comb += [mul.en.eq(go), mul.a.eq(q1_sum[c]), mul.b.eq(q1_mult)]
+            product = mul.p
+            for i in range(PL - mul.latency):
+                padded = Signal.like(product, name=f"product_pad_{c}_{i}")
+                with m.If(go):
+                    m.d.sync += padded.eq(product)
+                product = padded
+            products.append(product)
 
-        row = head.row0 + array.row_index
-        with m.If(advance):
-            with m.If(row_first):
-                m.d.sync += tile_bias.eq(Mux(head.bias_en, bias_buf, 0))
-            with m.If(row_final):
-                m.d.sync += desc_rd.eq(Mux(desc_rd == depth - 1, 0, desc_rd + 1))
-            m.d.sync += [
-                s2.valid.eq(array.row_valid & (row < head.m)),
-                s2.row.eq(row),
-                s2.col.eq(head.col0),
-                s2.last.eq(head.last_tile & ((array.row_index == R - 1) | (row + 1 == head.m))),
-                s2.requant_en.eq(head.requant_en),
-                s2.mult.eq(head.mult),
-                s2.shift_m1.eq(head.shift_m1),
-                s3.eq(s2),
-                s4.eq(s3),
-            ]
-            for c in range(C):
-                bias = Mux(row_first, Mux(head.bias_en, bias_buf[c], 0), tile_bias[c])
-                m.d.sync += [
-                    s2_sum[c].eq(Mux(head.col0 + c < head.n, array.row_data[c] + bias, 0)),
-                    s3_val[c].eq(Mux(s2.requant_en, s2_sum[c] * s2.mult, s2_sum[c])),
-                    s4_val[c].eq(Mux(s3.requant_en, s3_val[c] >> s3.shift_m1, s3_val[c])),
-                ]
-
-        # Rounding half up: (x + 2**(s-1)) >> s == ((x >> (s-1)) + 1) >> 1.
         qmax = (1 << (cfg.act_bits - 1)) - 1
         qmin = -(1 << (cfg.act_bits - 1))
+        row = head.row0 + array.row_index
+        with m.If(go):
+            with m.If(row_first):
+                m.d.sync += tile_bias.eq(Mux(head.bias_en, bias_buf, 0))
+            m.d.sync += [
+                meta[0].valid.eq(array.row_valid & (array.row_index <= head.last_row)),
+                meta[0].row.eq(row),
+                meta[0].col.eq(head.col0),
+                meta[0].last.eq(head.last_tile & (array.row_index == head.last_row)),
+                meta[0].requant_en.eq(head.requant_en),
+                meta[0].col_mask.eq(head.col_mask),
+                meta[0].shift_m1.eq(head.shift_m1),
+                q1_mult.eq(head.mult),
+            ]
+            m.d.sync += [meta[i].eq(meta[i - 1]) for i in range(1, len(meta))]
+            coarse = Cat(Const(0, 3), meta[PL].shift_m1[3:])
+            for c in range(C):
+                bias = Mux(row_first, Mux(head.bias_en, bias_buf[c], 0), tile_bias[c])
+                x6 = q6_val[c]
+                m.d.sync += [
+                    q1_sum[c].eq(array.row_data[c] + bias),
+                    q5_val[c].eq(products[c] >> coarse),
+                    q6_val[c].eq(q5_val[c] >> meta[PL + 1].shift_m1[:3]),
+                    # (x + 2**(s-1)) >> s == ((x >> (s-1)) + 1) >> 1; the result saturates
+                    # above qmax iff x >= 2 qmax + 1 and below qmin iff x < 2 qmin - 1.
+                    q7_val[c].eq(Mux(meta[PL + 2].requant_en, (x6 + 1) >> 1, x6)),
+                    q7_sign[c].eq(x6[-1]),
+                    q7_low_ones[c].eq(x6[:a_bits].all()),
+                    q7_bit_a[c].eq(x6[a_bits]),
+                    q7_or[c].eq(Cat(*(x6[a_bits + lo:a_bits + hi].any() for lo, hi in groups))),
+                    # bits above a: x >> (a + 1) == -1 (bit a itself is q7_bit_a)
+                    q7_and[c].eq(Cat(*(x6[a_bits + max(lo, 1):a_bits + hi].all()
+                                       if hi > max(lo, 1) else Const(1, 1)
+                                       for lo, hi in groups))),
+                ]
+
         out_row = Signal(self.result_layout)
-        m.d.comb += [out_row.row.eq(s4.row), out_row.col.eq(s4.col), out_row.last.eq(s4.last)]
+        q7 = meta[PL + 3]
+        m.d.comb += [out_row.row.eq(q7.row), out_row.col.eq(q7.col), out_row.last.eq(q7.last)]
         for c in range(C):
-            rounded = Signal(wide_shape, name=f"rounded_{c}")
-            m.d.comb += rounded.eq((s4_val[c] + 1) >> 1)
-            clamped = Mux(rounded > qmax, qmax, Mux(rounded < qmin, qmin, rounded))
-            m.d.comb += out_row.data[c].eq(Mux(s4.requant_en, clamped, s4_val[c]))
+            upper_zero = ~q7_or[c].any()
+            upper_m1 = q7_and[c].all() & q7_bit_a[c]       # x >> a == -1
+            upper_m2 = q7_and[c].all() & ~q7_bit_a[c]      # x >> a == -2
+            hi = ~q7_sign[c] & (~upper_zero | q7_low_ones[c])
+            lo = q7_sign[c] & ~upper_m1 & ~(upper_m2 & q7_low_ones[c])
+            clamped = Mux(hi, qmax, Mux(lo, qmin, q7_val[c]))
+            value = Mux(q7.requant_en, clamped, q7_val[c])
+            m.d.comb += out_row.data[c].eq(Mux(q7.col_mask[c], value, 0))
 
         # ---------------------------------------------------------- output buffer
-        # Two entries: the registered enable stops the pipeline only once both are taken.
-        entries = Array(Signal(self.result_layout, name=f"out_{i}") for i in range(2))
-        out_wr = Signal()
-        out_rd = Signal()
-        push = advance & s4.valid
+        # A shift queue: entries[0] is the result beat (its payload comes straight from
+        # flip-flops), a pop moves the others down, and a pushed row goes into the first free
+        # entry after that move. push and the per-entry "first free" flags are registers,
+        # computed a cycle ahead with the enable.
+        entries = [Signal(self.result_layout, name=f"out_{i}") for i in range(OUT_DEPTH)]
+        push = Signal()
+        at = Signal(OUT_DEPTH + 1)        # at[i]: push & (out_count == i)
         pop = self.result.valid & self.result.ready
         m.d.comb += [self.result.valid.eq(out_count != 0),
-                     self.result.payload.eq(entries[out_rd])]
-        with m.If(push):
-            m.d.sync += [entries[out_wr].eq(out_row), out_wr.eq(~out_wr)]
-        with m.If(pop):
-            m.d.sync += out_rd.eq(~out_rd)
+                     self.result.payload.eq(entries[0])]
+        for i in range(OUT_DEPTH):
+            write_here = Mux(pop, at[i + 1], at[i])
+            with m.If(write_here):
+                m.d.sync += entries[i].eq(out_row)
+            if i + 1 < OUT_DEPTH:
+                with m.Elif(pop):
+                    m.d.sync += entries[i].eq(entries[i + 1])
         m.d.sync += out_count.eq(out_count + push - pop)
+
+        # ---------------------------------------------------------- next step enable
+        # The next cycle's row at the array output is row 0 of a tile iff the array advances
+        # now with its row-0 ready flag set (or holds such a row); its descriptor is
+        # head_next, and bias_buf_valid_next says whether its bias will be buffered.
+        row_first_next = Mux(go, array.row_ready[0], row_first)
+        m.d.sync += row_first.eq(row_first_next)
+        room_next = out_count + push < OUT_DEPTH
+        advance_next = Signal()
+        m.d.comb += advance_next.eq(room_next & ~(row_first_next & head_next.bias_en
+                                                  & ~bias_buf_valid_next))
+        q7_valid_next = Mux(go, meta[PL + 2].valid, q7.valid)
+        push_next = advance_next & q7_valid_next
+        # out_count next cycle without that cycle's pop (which at[] leaves to the entries)
+        count_next = out_count + push - pop
+        m.d.sync += [advance.eq(advance_next), stall.eq(~advance_next), push.eq(push_next),
+                     at.eq(Cat(*(push_next & (count_next == i) for i in range(OUT_DEPTH + 1))))]
         return m

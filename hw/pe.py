@@ -6,6 +6,8 @@ from amaranth.hdl import Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from .dsp import RegisteredMultiplier
+
 __all__ = ["ProcessingElement"]
 
 
@@ -22,7 +24,12 @@ class ProcessingElement(wiring.Component):
     broadcast combinationally across a row or column. Every register updates only while ``en``
     is high (the array's global step enable: a stalled array holds its state).
 
-    Per step, with ``p`` the registered product of the previous step's operands::
+    The multiply is a :class:`~hw.dsp.RegisteredMultiplier` (operand registers and product
+    register: one DSP block with its own registers on ECP5) followed by one more product
+    register in the fabric next to the accumulator (the route out of a DSP block can take most
+    of a clock period on its own), so the product ``p`` of a beat is there three steps after
+    the beat; the flags wait three steps with it (``first_d``/``last_d`` = the flags of
+    ``p``). Per step::
 
         acc    <= (0 if first_d else acc) + p
         result <= (0 if first_d else acc) + p      when last_d
@@ -51,10 +58,13 @@ class ProcessingElement(wiring.Component):
     a_out, b_out, first_out, last_out : Out
         The inputs delayed by one step, to the east (``a``, flags) and south (``b``)
         neighbours.
+    last_done : Out(1)
+        ``last_in`` delayed by :attr:`latency` steps: high in the first step in which
+        ``result`` holds the sum the ``last`` beat finished.
     result : Out(signed(acc_width))
         Finished sum of the latest tile.
 
-    Latency: a beat at ``a_in``/``b_in`` in step ``s`` is in ``result`` from step ``s + 2``
+    Latency: a beat at ``a_in``/``b_in`` in step ``s`` is in ``result`` from step ``s + 4``
     (``last`` beat). Throughput: one multiply-accumulate per step.
     """
 
@@ -78,29 +88,38 @@ class ProcessingElement(wiring.Component):
             "b_out": Out(signed(b_width)),
             "first_out": Out(1),
             "last_out": Out(1),
+            "last_done": Out(1),
             "result": Out(signed(acc_width)),
         })
 
-    latency = 2
+    latency = 4
     """Steps from a ``last`` beat at the inputs to its sum in ``result``."""
 
     def elaborate(self, platform):
         m = Module()
-        # The product register sits between the multiplier and the adder (it maps into the
-        # DSP's output register); first_out/last_out double as its flag pipeline.
-        product = Signal(signed(self.a_width + self.b_width))
+        m.submodules.mult = mult = RegisteredMultiplier(signed(self.a_width),
+                                                        signed(self.b_width), fabric_reg=True)
+        m.d.comb += [mult.en.eq(self.en), mult.a.eq(self.a_in), mult.b.eq(self.b_in)]
+        # The flags of the product mult.p: first_out/last_out, two steps more.
+        p = mult.p
+        first_dd, last_dd = Signal(), Signal()
+        first_d, last_d = Signal(), Signal()
         acc = Signal(signed(self.acc_width))
         total = Signal(signed(self.acc_width))
-        m.d.comb += total.eq(Mux(self.first_out, 0, acc) + product)
+        m.d.comb += total.eq(Mux(first_d, 0, acc) + p)
         with m.If(self.en):
             m.d.sync += [
                 self.a_out.eq(self.a_in),
                 self.b_out.eq(self.b_in),
                 self.first_out.eq(self.first_in),
                 self.last_out.eq(self.last_in),
-                product.eq(self.a_in * self.b_in),
+                first_dd.eq(self.first_out),
+                last_dd.eq(self.last_out),
+                first_d.eq(first_dd),
+                last_d.eq(last_dd),
+                self.last_done.eq(last_d),
                 acc.eq(total),
             ]
-            with m.If(self.last_out):
+            with m.If(last_d):
                 m.d.sync += self.result.eq(total)
         return m

@@ -11,12 +11,15 @@ from golden.config import AttentionConfig
 __all__ = ["ARRAY_LATENCY_EXTRA", "POST_LATENCY", "matmul_cycles", "ideal_cycles",
            "fill_drain_cycles"]
 
-# Array: input register, one product register per PE, east-edge flag register (row r's last
-# flag needs cols + 2 steps to leave the row), row read: row 0 in row_data cols + 3 steps after
-# the tile's last beat is taken.
-ARRAY_LATENCY_EXTRA = 3
-# Engine after the array: bias sum, requant product, rounding shift, output buffer.
-POST_LATENCY = 4
+# Array: input register, C PEs each passing the last flag east through one register, then the
+# PE's multiplier pipeline (operand and product registers, both inside the DSP block, and one
+# more product register in the fabric) and its result register, and the row read: row 0 is in
+# row_data C + 5 steps after the tile's last beat is taken.
+ARRAY_LATENCY_EXTRA = 5
+# Engine after the array: bias sum, requant product (DSP operand registers, DSP product
+# registers, fabric product registers, partial-product sum), coarse and fine shift, rounding,
+# output buffer. (MatmulEngine.POST_LATENCY; the unit tests check they agree.)
+POST_LATENCY = 9
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -36,7 +39,8 @@ def matmul_cycles(cfg: AttentionConfig, m: int, n: int, k: int) -> int:
     The engine takes one operand beat per cycle; a tile's last beat waits until
     ``max(R, C)`` cycles have passed since the previous tile's last beat (only matters when
     ``k < max(R, C)``). The last tile's final valid row ``r`` then needs
-    ``C + 3 + r`` cycles through the array and 4 more through the output pipeline.
+    ``C + ARRAY_LATENCY_EXTRA + r`` cycles through the array and ``POST_LATENCY`` more through
+    the output pipeline.
     """
     m, n, k = _check("m", m), _check("n", n), _check("k", k)
     R, C = cfg.array_rows, cfg.array_cols
@@ -49,8 +53,9 @@ def matmul_cycles(cfg: AttentionConfig, m: int, n: int, k: int) -> int:
 
 def fill_drain_cycles(cfg: AttentionConfig) -> int:
     """Cycles one tile's last beat needs to become the last result row: input register,
-    product register, ``C`` columns east plus the row-ready register, ``R - 1`` more rows,
-    4 post-processing stages, and the accepting cycle itself (R + C + 7)."""
+    ``C`` columns east, the PE's product pipeline and result register, the row read,
+    ``R - 1`` more rows, ``POST_LATENCY`` post-processing stages, and the accepting cycle
+    itself (R + C + 14)."""
     R, C = cfg.array_rows, cfg.array_cols
     return C + ARRAY_LATENCY_EXTRA + (R - 1) + POST_LATENCY + 1
 

@@ -44,10 +44,13 @@ class SystolicArray(wiring.Component):
     -------
     en : In(1)
         Step enable: every register of the array advances only when it is high.
+    valid : In(1)
+        The step's beat is real; low for a bubble, whose ``a``/``b`` are ignored (they enter
+        the PEs as zeros, so a bubble adds nothing to any sum).
     a : In(ArrayLayout(signed(a_width), rows))
-        Column ``k`` of the A tile; zero for a bubble.
+        Column ``k`` of the A tile.
     b : In(ArrayLayout(signed(b_width), cols))
-        Row ``k`` of the B tile; zero for a bubble.
+        Row ``k`` of the B tile.
     first, last : In(1)
         The beat is the tile's first / last (both for K = 1); low for a bubble.
     row_valid : Out(1)
@@ -56,9 +59,13 @@ class SystolicArray(wiring.Component):
         Which row of the tile.
     row_data : Out(ArrayLayout(signed(acc_width), cols))
         The finished sums of that row.
+    row_ready : Out(rows)
+        One-hot (or zero): the row that enters ``row_data`` at the next enabled step (a
+        register output, for a controller that plans a step ahead).
 
     Latency: the ``last`` beat of a tile, taken in step ``s``, gives row ``r`` in ``row_data``
-    in step ``s + latency + r`` (``latency = cols + 3``), counting enabled steps only.
+    in step ``s + latency + r`` (``latency = cols + 5``: input register, ``cols`` PEs, the PE's
+    product pipeline and result register, row read), counting enabled steps only.
     Throughput: one beat per step. Consecutive ``last`` beats must be at least
     ``min_tile_steps = max(rows, cols)`` steps apart: the spacing keeps two tiles' rows from
     finishing in the same step and a ``result`` register from being overwritten before its
@@ -79,6 +86,7 @@ class SystolicArray(wiring.Component):
         self.a_width, self.b_width, self.acc_width = a_width, b_width, acc_width
         super().__init__({
             "en": In(1),
+            "valid": In(1),
             "a": In(data.ArrayLayout(signed(a_width), rows)),
             "b": In(data.ArrayLayout(signed(b_width), cols)),
             "first": In(1),
@@ -86,12 +94,13 @@ class SystolicArray(wiring.Component):
             "row_valid": Out(1),
             "row_index": Out(range(rows)),
             "row_data": Out(data.ArrayLayout(signed(acc_width), cols)),
+            "row_ready": Out(rows),
         })
 
     @property
     def latency(self) -> int:
         """Steps from a tile's ``last`` beat at the inputs to its row 0 in ``row_data``."""
-        return self.cols + 3
+        return self.cols + 5
 
     @property
     def min_tile_steps(self) -> int:
@@ -104,11 +113,14 @@ class SystolicArray(wiring.Component):
         en = self.en
 
         # Input register, then the skew: row r of A and its flags wait r more steps,
-        # column c of B waits c more steps.
+        # column c of B waits c more steps. The operands are registered as they come; a
+        # bubble's are replaced by zeros where they leave the skew (valid_skew[i] is the valid
+        # flag delayed i + 1 steps), so the controller's valid fans out to a few flags only.
         a_skew = [[Signal(signed(self.a_width), name=f"a_skew_{r}_{i}") for i in range(r + 1)]
                   for r in range(R)]
         b_skew = [[Signal(signed(self.b_width), name=f"b_skew_{c}_{i}") for i in range(c + 1)]
                   for c in range(C)]
+        valid_skew = [Signal(name=f"valid_skew_{i}") for i in range(max(R, C))]
         first_skew = [Signal(name=f"first_skew_{i}") for i in range(R)]
         last_skew = [Signal(name=f"last_skew_{i}") for i in range(R)]
         with m.If(en):
@@ -118,7 +130,9 @@ class SystolicArray(wiring.Component):
             for c in range(C):
                 m.d.sync += b_skew[c][0].eq(self.b[c])
                 m.d.sync += [b_skew[c][i].eq(b_skew[c][i - 1]) for i in range(1, c + 1)]
-            m.d.sync += [first_skew[0].eq(self.first), last_skew[0].eq(self.last)]
+            m.d.sync += [first_skew[0].eq(self.first), last_skew[0].eq(self.last),
+                         valid_skew[0].eq(self.valid)]
+            m.d.sync += [valid_skew[i].eq(valid_skew[i - 1]) for i in range(1, len(valid_skew))]
             m.d.sync += [first_skew[i].eq(first_skew[i - 1]) for i in range(1, R)]
             m.d.sync += [last_skew[i].eq(last_skew[i - 1]) for i in range(1, R)]
 
@@ -130,22 +144,24 @@ class SystolicArray(wiring.Component):
                 m.submodules[f"pe_{r}_{c}"] = pe
                 m.d.comb += pe.en.eq(en)
                 if c == 0:
-                    m.d.comb += [pe.a_in.eq(a_skew[r][r]), pe.first_in.eq(first_skew[r]),
+                    m.d.comb += [pe.a_in.eq(Mux(valid_skew[r], a_skew[r][r], 0)),
+                                 pe.first_in.eq(first_skew[r]),
                                  pe.last_in.eq(last_skew[r])]
                 else:
                     west = pes[r][c - 1]
                     m.d.comb += [pe.a_in.eq(west.a_out), pe.first_in.eq(west.first_out),
                                  pe.last_in.eq(west.last_out)]
                 if r == 0:
-                    m.d.comb += pe.b_in.eq(b_skew[c][c])
+                    m.d.comb += pe.b_in.eq(Mux(valid_skew[c], b_skew[c][c], 0))
                 else:
                     m.d.comb += pe.b_in.eq(pes[r - 1][c].b_out)
 
-        # De-skew: row r is complete one step after its last flag leaves the east edge. The
-        # tile spacing makes at most one row ready per step, so an AND-OR select suffices.
-        ready = Signal(R)
+        # De-skew: row r is complete when its east PE's last_done is high (the last flag has
+        # crossed the row and that PE's result register holds the sum). The tile spacing makes
+        # at most one row ready per step, so an AND-OR select suffices.
+        ready = self.row_ready
+        m.d.comb += ready.eq(Cat(*(pes[r][C - 1].last_done for r in range(R))))
         with m.If(en):
-            m.d.sync += ready.eq(Cat(*(pes[r][C - 1].last_out for r in range(R))))
             m.d.sync += self.row_valid.eq(ready.any())
             for c in range(C):
                 selected = 0

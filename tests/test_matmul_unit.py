@@ -40,9 +40,11 @@ def test_pe_accumulates_flags_and_stalls():
     mismatches = []
 
     async def tb(ctx):
-        # model registers: delayed flags, product, accumulator, result
-        f_d = l_d = False
-        prod = acc = result = 0
+        # model registers: flags delayed once (first_out/last_out), twice and three times
+        # (with the product), the multiplier's operand and product registers, the fabric
+        # product register, accumulator, result
+        f_d = l_d = f_dd = l_dd = f_3 = l_3 = False
+        a_r = b_r = prod = prod2 = acc = result = 0
         for i in range(steps):
             ctx.set(pe.en, bool(en[i]))
             ctx.set(pe.a_in, int(a[i]))
@@ -51,11 +53,15 @@ def test_pe_accumulates_flags_and_stalls():
             ctx.set(pe.last_in, bool(last[i]))
             await ctx.tick()
             if en[i]:
-                total = (0 if f_d else acc) + prod
-                if l_d:
+                total = (0 if f_3 else acc) + prod2
+                if l_3:
                     result = total
                 acc = total
-                prod = int(a[i] * b[i])
+                prod2 = prod
+                prod = a_r * b_r
+                a_r, b_r = int(a[i]), int(b[i])
+                f_3, l_3 = f_dd, l_dd
+                f_dd, l_dd = f_d, l_d
                 f_d, l_d = bool(first[i]), bool(last[i])
                 if (ctx.get(pe.a_out), ctx.get(pe.b_out)) != (a[i], b[i]):
                     mismatches.append((i, "operands"))
@@ -114,8 +120,10 @@ def test_array_tiles_pipelined(rows, cols):
             on = rng.random() < 0.75
             ctx.set(arr.en, on)
             beat = schedule[i]
-            ctx.set(arr.a, [int(x) for x in beat[0]] if beat else [0] * rows)
-            ctx.set(arr.b, [int(x) for x in beat[1]] if beat else [0] * cols)
+            ctx.set(arr.valid, beat is not None)
+            garbage = rng.integers(-100, 100, rows + cols).tolist()   # a bubble's operands
+            ctx.set(arr.a, [int(x) for x in beat[0]] if beat else garbage[:rows])
+            ctx.set(arr.b, [int(x) for x in beat[1]] if beat else garbage[rows:])
             ctx.set(arr.first, bool(beat and beat[2]))
             ctx.set(arr.last, bool(beat and beat[3]))
             if on and ctx.get(arr.row_valid):
@@ -244,6 +252,16 @@ def test_engine_cycles_match_model(rows, cols, m, n, k):
     bench.add(case)
     assert bench.run(len(expected_rows(cfg, case))) == expected_rows(cfg, case)
     assert bench.last_result - bench.first_operand + 1 == matmul_cycles(cfg, m, n, k)
+
+
+@_unused_ok
+def test_model_constants_match_hardware():
+    """hw.perf's latency constants are the ones the hardware classes are built with."""
+    from hw.perf import ARRAY_LATENCY_EXTRA, POST_LATENCY
+    for rows, cols in [(2, 3), (4, 4), (3, 8)]:
+        assert SystolicArray(rows, cols, 9, 8, 32).latency == cols + ARRAY_LATENCY_EXTRA
+        cfg = TINY.replace(array_rows=rows, array_cols=cols)
+        assert MatmulEngine(cfg).POST_LATENCY == POST_LATENCY
 
 
 def test_model_within_ten_percent_of_ideal():
