@@ -274,6 +274,62 @@ def parse_pnr_report(report: dict, target: str) -> dict:
             "critical_paths": paths}
 
 
+# ---------------------------------------------------------------------------------------------
+# ECP5 global buffers for high-fanout control nets
+
+_CONTROL_PORTS = {"TRELLIS_FF": ("LSR", "CE")}
+
+
+def promote_control_nets(netlist: Path, top: str = TOP, min_sinks: int = 1000,
+                         max_nets: int = 6) -> list[dict]:
+    """Put the flip-flop LSR/CE pins of very high-fanout nets on ECP5 global networks.
+
+    nextpnr-ecp5 promotes only clocks to the global network; a reset or clock enable that
+    reaches thousands of flip-flops (the engines' flush/reset and step enables do) is routed
+    through the fabric and congests it (the default top did not route). Vendor tools promote
+    such nets automatically; this does the same in the Yosys JSON: for each net (not a clock)
+    with at least ``min_sinks`` TRELLIS_FF LSR/CE sinks, at most ``max_nets`` of them, a DCCA
+    global buffer is inserted and those sinks are moved behind it (other sinks stay on the
+    fabric net). Rewrites ``netlist`` in place; returns ``[{net, sinks, ports}]``.
+    """
+    data = json.loads(netlist.read_text())
+    mod = data["modules"][top]
+    names, next_bit = {}, 2
+    for name, info in mod["netnames"].items():
+        for b in info["bits"]:
+            if isinstance(b, int):
+                next_bit = max(next_bit, b + 1)
+                if b not in names or (names[b][1] and not info.get("hide_name")):
+                    names[b] = (name, info.get("hide_name", 0))
+    sinks, clocks = {}, set()
+    for cname, cell in mod["cells"].items():
+        ports = _CONTROL_PORTS.get(cell["type"], ())
+        for port, bits in cell["connections"].items():
+            if port in ("CLK", "WCK", "CLKA", "CLKB") or cell["type"] == "DCCA":
+                clocks.update(b for b in bits if isinstance(b, int))
+            if port in ports and len(bits) == 1 and isinstance(bits[0], int):
+                sinks.setdefault(bits[0], []).append((cname, port))
+    chosen = sorted(((len(v), b) for b, v in sinks.items()
+                     if len(v) >= min_sinks and b not in clocks), reverse=True)[:max_nets]
+    promoted = []
+    for count, bit in chosen:
+        new = next_bit
+        next_bit += 1
+        net = names.get(bit, (f"net{bit}", 1))[0]
+        for cname, port in sinks[bit]:
+            mod["cells"][cname]["connections"][port] = [new]
+        mod["cells"][f"$glb_dcca${net}"] = {
+            "hide_name": 0, "type": "DCCA", "parameters": {}, "attributes": {},
+            "port_directions": {"CLKI": "input", "CE": "input", "CLKO": "output"},
+            "connections": {"CLKI": [bit], "CE": ["1"], "CLKO": [new]}}
+        mod["netnames"][f"$glb${net}"] = {"hide_name": 0, "bits": [new], "attributes": {}}
+        ports = sorted({p for _, p in sinks[bit]})
+        promoted.append({"net": net, "sinks": count, "ports": ports})
+    if promoted:
+        netlist.write_text(json.dumps(data))
+    return promoted
+
+
 _NO_FIT = re.compile(r"(unable to (place|find a placement)|no bels? remaining|too many|"
                      r"not enough|exceed|failed to find.*location)", re.I)
 
@@ -294,13 +350,15 @@ def _pct(used, avail):
 
 
 def run(target: str, cfg, config_file: str, device: Device, *, out: Path, io: str = "auto",
-        pnr: bool = True, freq_mhz: float = 100.0, seed: int = 1, log=print) -> dict:
+        pnr: bool = True, freq_mhz: float = 100.0, seed: int = 1, router: str = "router1",
+        promote: bool = True, log=print) -> dict:
     """Synthesise (and place and route) ``cfg``'s top; write and return the report."""
     from amaranth.back import rtlil
     from hw.attention_top import AttentionTop
     from hw.synth_wrapper import SynthWrapper
 
     t_start = time.monotonic()
+    source = _provenance()          # before generation: the sources this run elaborates
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("report.json", "nextpnr_report.json", "netlist.json", "stat.txt"):
         (out / stale).unlink(missing_ok=True)
@@ -330,7 +388,7 @@ def run(target: str, cfg, config_file: str, device: Device, *, out: Path, io: st
 
     problems = fit_problems(used, device)
     fits = not problems
-    pnr_result, pnr_status = None, "not run"
+    pnr_result, pnr_status, globals_ = None, "not run", []
     if target not in PNR_TOOL:
         pnr_status = "no open place and route for this target"
     elif not pnr:
@@ -339,11 +397,17 @@ def run(target: str, cfg, config_file: str, device: Device, *, out: Path, io: st
         pnr_status = "skipped: does not fit"
     else:
         log(f"{cfg.name}: place and route ({PNR_TOOL[target]} {' '.join(device.pnr_args)}, "
-            f"--freq {freq_mhz:g}, seed {seed}) ...")
+            f"--freq {freq_mhz:g}, seed {seed}, {router}) ...")
         t0 = time.monotonic()
+        if target == "ecp5" and promote:
+            globals_ = promote_control_nets(out / "netlist.json")
+            for g in globals_:
+                log(f"{cfg.name}: global buffer (DCCA) for {g['net']}: {g['sinks']} "
+                    f"flip-flop {'/'.join(g['ports'])} pins")
         cmd = [tool(PNR_TOOL[target]), *device.pnr_args, "--json", "netlist.json",
                "--report", "nextpnr_report.json", "--timing-allow-fail",
-               "--freq", f"{freq_mhz:g}", "--seed", str(seed), "-l", "nextpnr.log", "-q"]
+               "--freq", f"{freq_mhz:g}", "--seed", str(seed), "--router", router,
+               "-l", "nextpnr.log", "-q"]
         try:
             _run(cmd, out, PNR_TOOL[target], "nextpnr.log")
         except ToolError as e:
@@ -403,12 +467,13 @@ def run(target: str, cfg, config_file: str, device: Device, *, out: Path, io: st
         "target_mhz": freq_mhz,
         "meets_target": None if fmax is None else fmax >= freq_mhz,
         "place_and_route": {"status": pnr_status, "seed": seed if pnr_result else None,
-                            **({"args": list(device.pnr_args),
+                            "global_buffers": globals_,
+                            **({"args": list(device.pnr_args), "router": router,
                                 "fmax_by_clock": pnr_result["fmax_by_clock"],
                                 "utilization": pnr_result["utilization"]}
                                if pnr_result else {})},
         "critical_paths": critical,
-        "source": _provenance(),
+        "source": source,
         "tools": _versions(target, pnr_result is not None or pnr_status.startswith("failed")),
         "times_s": times,
         "work_dir": _rel(out),
@@ -427,6 +492,10 @@ def _provenance() -> dict:
                                   text=True, timeout=60).stdout
         except (OSError, subprocess.SubprocessError):
             return ""
+    top = git("rev-parse", "--show-toplevel").strip()
+    if not top or Path(top).resolve() != REPO_ROOT:
+        return {"commit": None, "uncommitted_hw_changes": None,
+                "note": f"{REPO_ROOT} is not the top of a git checkout"}
     commit = git("rev-parse", "HEAD").strip() or None
     modified = [l[3:] for l in git("status", "--porcelain", "--", "hw", "golden").splitlines()]
     return {"commit": commit, "uncommitted_hw_changes": modified}
@@ -492,6 +561,11 @@ def _parse(argv):
     ap.add_argument("--no-pnr", action="store_true", help="synthesis only")
     ap.add_argument("--freq", type=float, default=100.0, help="target clock in MHz (100)")
     ap.add_argument("--seed", type=int, default=1, help="nextpnr seed (1)")
+    ap.add_argument("--router", default="router1", choices=("router1", "router2"),
+                    help="nextpnr router (router1, nextpnr's default for ECP5/iCE40, is "
+                    "timing-driven; router2 copes better with congestion)")
+    ap.add_argument("--no-promote", action="store_true",
+                    help="ecp5: no DCCA global buffers on high-fanout reset/enable nets")
     ap.add_argument("--io", default="auto", choices=("auto", "full", "narrow"),
                     help="wrapper I/O mode (auto: full if its pins fit the package)")
     ap.add_argument("--out", help="work and report folder, inside the repository "
@@ -519,6 +593,7 @@ def main(argv=None) -> int:
     try:
         report = run(args.target, cfg, args.config, DEVICES[args.target][key], out=out,
                      io=args.io, pnr=not args.no_pnr, freq_mhz=args.freq, seed=args.seed,
+                     router=args.router, promote=not args.no_promote,
                      log=lambda s: print(s, flush=True))
     except ToolError as e:
         print(f"error: {e}", file=sys.stderr)

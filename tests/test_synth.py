@@ -23,7 +23,7 @@ from golden import load_config
 from hw.attention_top import AttentionTop
 from hw.synth_wrapper import CHANNELS, RegisterSlice, SynthWrapper
 from hw.verilog import REPO_ROOT
-from sim.synth import (DEVICES, count_cells, fit_problems, resources,
+from sim.synth import (DEVICES, count_cells, fit_problems, promote_control_nets, resources,
                        summarize_critical_path)
 from tests.axil_spec import ID, SEQ_LEN
 from tests.test_axi_lite_unit import AxilMaster
@@ -176,6 +176,32 @@ def test_critical_path_summary():
     assert s["logic_levels"] == 1 and s["carry_steps"] == 1
     assert [n["net"] for n in s["nets"]] == ["n1", "n2"]
     assert s["hdl_sources"] == ["hw/matmul.py:278"]
+
+
+def test_high_fanout_control_nets_get_a_global_buffer():
+    ff = lambda lsr, ce: {"type": "TRELLIS_FF", "port_directions": {},
+                          "connections": {"CLK": [2], "LSR": [lsr], "CE": [ce], "DI": [9],
+                                          "Q": [10]}}
+    cells = {f"ff{i}": ff(5, 6 if i < 2 else "1") for i in range(3)}
+    cells["lut"] = {"type": "LUT4", "port_directions": {}, "connections": {"A": [5], "Z": [7]}}
+    netlist = {"modules": {"synth_top": {"cells": cells, "netnames": {
+        "clk": {"bits": [2]}, "rst_any": {"bits": [5]}, "step": {"bits": [6]},
+        "$auto$x": {"hide_name": 1, "bits": [10]}}}}}
+    path = OUT / "promote" / "netlist.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(netlist))
+    promoted = promote_control_nets(path, min_sinks=2)
+    assert promoted == [{"net": "rst_any", "sinks": 3, "ports": ["LSR"]},
+                        {"net": "step", "sinks": 2, "ports": ["CE"]}]
+    mod = json.loads(path.read_text())["modules"]["synth_top"]
+    dcca = mod["cells"]["$glb_dcca$rst_any"]
+    assert dcca["type"] == "DCCA" and dcca["connections"]["CLKI"] == [5]
+    new = dcca["connections"]["CLKO"][0]
+    assert new not in (2, 5, 6, 7, 9, 10)
+    assert all(mod["cells"][f"ff{i}"]["connections"]["LSR"] == [new] for i in range(3))
+    assert mod["cells"]["lut"]["connections"]["A"] == [5]          # LUT input stays in fabric
+    assert mod["netnames"]["$glb$rst_any"]["bits"] == [new]
+    assert promote_control_nets(path, min_sinks=2) == []            # no buffer behind a buffer
 
 
 # --- command line ---------------------------------------------------------------------------
