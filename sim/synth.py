@@ -164,7 +164,11 @@ def yosys_script(target: str, device: Device, il: str) -> str:
         return ecp5_script(TOP, il, "; write_json netlist.json")
     if target == "ice40":
         dsp = " -dsp" if device.dsps else ""
-        return (f"read_rtlil {il}; synth_ice40 -top {TOP}{dsp}; "
+        # iCE40 has no distributed (LUT) RAM: the softmax queues' ram_style = "distributed"
+        # (which keeps them out of block RAM on ECP5/xc7) would make memory_libmap fail, so
+        # it is dropped and Yosys picks flip-flops or EBR for them.
+        return (f"read_rtlil {il}; setattr -unset ram_style a:ram_style; "
+                f"synth_ice40 -top {TOP}{dsp}; "
                 f"tee -q -o stat.txt stat; write_json netlist.json")
     return (f"read_rtlil {il}; synth_xilinx -family xc7 -flatten -top {TOP}; "
             f"tee -q -o stat.txt stat")

