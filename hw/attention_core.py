@@ -348,13 +348,25 @@ class AttentionCore(wiring.Component):
         f_tm = Signal(range(max(SEQ, KV) + 1))
         f_tn = Signal(range(max(TN, TNk) + 1))
         f_kk = Signal(range(max(d, KV, dk) + 1))
+        # A four-stage pipeline that advances as one (``advance``): s0 holds the block RAM
+        # addresses (registered: they fan out to about 40 read ports), s1 the read data and
+        # the lane selects, sb the selected element of every source word, s2 the operands
+        # for the engines (the source the job reads, masked), which the fork hands to every
+        # engine. A block RAM output feeds one multiplexer level before a register.
+        s0_valid = Signal()
         s1_valid = Signal()
-        op_valids, op_adv = fork(m, "op", s1_valid, [eng.a.ready for eng in engines])
+        sb_valid = Signal()
+        s2_valid = Signal()
+        op_valids, op_adv = fork(m, "op", s2_valid, [eng.a.ready for eng in engines])
         advance = Signal()
         m.d.comb += advance.eq(op_adv)
 
-        row0 = f_tm * R
-        col0 = f_tn * C
+        # First row and column of the tile being fetched (f_tm * R, f_tn * C) and the row
+        # after it, kept as registers: a multiply by R feeding the compares below set the
+        # clock (Yosys put it in a DSP block, 18 ns on ECP5).
+        row0 = Signal(range(max(SEQ, KV) + R + 1))
+        row_end = Signal(range(max(SEQ, KV) + 2 * R + 1), init=R)     # row0 + R
+        col0 = Signal(range((max(TN, TNk) + 1) * C + 1))
         # A-side address and lane select per source.
         kk = f_kk
         h_a, ch_a = divmod_const(kk, dk)
@@ -385,40 +397,54 @@ class AttentionCore(wiring.Component):
             with m.Case(B_V):
                 m.d.comb += [b_addr.eq((kk * G + job_lh) * TN + f_tn), b_lane.eq(0)]
 
-        s1_a_lane = Signal.like(a_lane)
-        s1_b_lane = Signal.like(b_lane)
-        s1_amask = Signal(R)
-        s1_bmask = Signal(C)
-        s1_attn_e = Signal(range(max(E, 2)))
-        s1_src_a = Signal(3)
-        s1_src_b = Signal(2)
+        s0_a_addr = Signal.like(a_addr)
+        s0_b_addr = Signal.like(b_addr)
+        s0_a_lane, s1_a_lane = Signal.like(a_lane), Signal.like(a_lane)
+        s0_b_lane, s1_b_lane = Signal.like(b_lane), Signal.like(b_lane)
+        s0_amask, s1_amask = Signal(R), Signal(R)
+        s0_bmask, s1_bmask = Signal(C), Signal(C)
+        s0_attn_e, s1_attn_e = Signal(range(max(E, 2))), Signal(range(max(E, 2)))
+        s0_src_a, s1_src_a = Signal(3), Signal(3)
+        s0_src_b, s1_src_b = Signal(2), Signal(2)
+        sb_amask, sb_bmask = Signal(R), Signal(C)
+        sb_src_a, sb_src_b = Signal(3), Signal(2)
 
         last_kk = f_kk + 1 >= job_k
         last_tn = col0 + C >= job_n
-        last_tm = row0 + R >= job_m
+        last_tm = row_end >= job_m
         # P.V starts while the softmax unit is still working: a row tile of P is fetched only
         # once every engine has written all of its rows (prob_rows counts rows in order).
-        p_ready = Cat(*[(row0 + R <= n) | (n >= job_m) for n in prob_rows]).all()
+        p_ready = Cat(*[(row_end <= n) | (n >= job_m) for n in prob_rows]).all()
         f_go = Signal()
         m.d.comb += f_go.eq(f_active & ((job_a != A_P) | p_ready))
         with m.If(advance):
-            m.d.sync += s1_valid.eq(f_go)
+            m.d.sync += [s0_valid.eq(f_go), s1_valid.eq(s0_valid), sb_valid.eq(s1_valid),
+                         s2_valid.eq(sb_valid)]
+            m.d.sync += [sb_amask.eq(s1_amask), sb_bmask.eq(s1_bmask),
+                         sb_src_a.eq(s1_src_a), sb_src_b.eq(s1_src_b)]
+            m.d.sync += [s1_a_lane.eq(s0_a_lane), s1_b_lane.eq(s0_b_lane),
+                         s1_amask.eq(s0_amask), s1_bmask.eq(s0_bmask),
+                         s1_attn_e.eq(s0_attn_e), s1_src_a.eq(s0_src_a),
+                         s1_src_b.eq(s0_src_b)]
             with m.If(f_go):
                 m.d.sync += [
-                    s1_a_lane.eq(a_lane), s1_b_lane.eq(b_lane),
-                    s1_amask.eq(Cat(*[row0 + r < job_m for r in range(R)])),
-                    s1_bmask.eq(Cat(*[col0 + c < job_n for c in range(C)])),
-                    s1_attn_e.eq(h_ae), s1_src_a.eq(job_a), s1_src_b.eq(job_b),
+                    s0_a_addr.eq(a_addr), s0_b_addr.eq(b_addr),
+                    s0_a_lane.eq(a_lane), s0_b_lane.eq(b_lane),
+                    s0_amask.eq(Cat(*[row0 + r < job_m for r in range(R)])),
+                    s0_bmask.eq(Cat(*[col0 + c < job_n for c in range(C)])),
+                    s0_attn_e.eq(h_ae), s0_src_a.eq(job_a), s0_src_b.eq(job_b),
                 ]
                 m.d.sync += f_kk.eq(f_kk + 1)
                 with m.If(last_kk):
-                    m.d.sync += [f_kk.eq(0), f_tn.eq(f_tn + 1)]
+                    m.d.sync += [f_kk.eq(0), f_tn.eq(f_tn + 1), col0.eq(col0 + C)]
                     with m.If(last_tn):
-                        m.d.sync += [f_tn.eq(0), f_tm.eq(f_tm + 1)]
+                        m.d.sync += [f_tn.eq(0), col0.eq(0), f_tm.eq(f_tm + 1),
+                                     row0.eq(row_end), row_end.eq(row_end + R)]
                         with m.If(last_tm):
                             m.d.sync += f_active.eq(0)
         with m.If(job_go):
-            m.d.sync += [f_active.eq(1), f_tm.eq(0), f_tn.eq(0), f_kk.eq(0)]
+            m.d.sync += [f_active.eq(1), f_tm.eq(0), f_tn.eq(0), f_kk.eq(0),
+                         row0.eq(0), row_end.eq(R), col0.eq(0)]
 
         def select(name, shape, sel, choices):
             """A signal equal to ``choices[sel]`` (a dict from selector codes to values)."""
@@ -443,14 +469,21 @@ class AttentionCore(wiring.Component):
         kv_rp = [mm.read_port() for mm in kv_mem] if cfg.cross_attention else None
         attn_rp = [[mm.read_port() for mm in a_mem[e]] for e in range(E)]
         for r in range(R):
-            m.d.comb += [x_rp[r].addr.eq(Cat(a_addr[:x_aw], x_bank)), x_rp[r].en.eq(advance)]
+            m.d.comb += [x_rp[r].addr.eq(Cat(s0_a_addr[:x_aw], x_bank)),
+                         x_rp[r].en.eq(advance)]
             if kv_rp:
-                m.d.comb += [kv_rp[r].addr.eq(Cat(a_addr[:kv_aw], x_bank)),
+                m.d.comb += [kv_rp[r].addr.eq(Cat(s0_a_addr[:kv_aw], x_bank)),
                              kv_rp[r].en.eq(advance)]
             for e in range(E):
-                m.d.comb += [attn_rp[e][r].addr.eq(a_addr), attn_rp[e][r].en.eq(advance)]
+                m.d.comb += [attn_rp[e][r].addr.eq(s0_a_addr), attn_rp[e][r].en.eq(advance)]
 
         a_width = engines[0].a.payload.shape().elem_shape.width
+
+        def sb_reg(name, value):
+            reg = Signal.like(value, name=name)
+            with m.If(advance):
+                m.d.sync += reg.eq(value)
+            return reg
         for e, eng in enumerate(engines):
             q_rp = [mm.read_port() for mm in q_mem[e]]
             p_rp = [mm.read_port() for mm in p_mem[e]]
@@ -458,38 +491,48 @@ class AttentionCore(wiring.Component):
             k_rp = [mm.read_port() for mm in k_mem[e]]
             v_rp = v_mem[e].read_port()
             for rp in q_rp + p_rp:
-                m.d.comb += [rp.addr.eq(a_addr), rp.en.eq(advance)]
+                m.d.comb += [rp.addr.eq(s0_a_addr), rp.en.eq(advance)]
             for rp in [w_rp, v_rp] + k_rp:
-                m.d.comb += [rp.addr.eq(b_addr), rp.en.eq(advance)]
+                m.d.comb += [rp.addr.eq(s0_b_addr), rp.en.eq(advance)]
 
             for r in range(R):
-                xb = byte_of(x_rp[r].data, s1_a_lane, 4)
-                kvb = byte_of(kv_rp[r].data, s1_a_lane, 4) if kv_rp else xb
-                qb = byte_of(q_rp[r].data, s1_a_lane, C)
-                pb = byte_of(p_rp[r].data, s1_a_lane, L, PB)
+                # sb: the element of each source word (lane multiplexers after the block
+                # RAM outputs); s2: the source the job reads, masked.
+                xb = sb_reg(f"sb_x{e}_{r}", byte_of(x_rp[r].data, s1_a_lane, 4))
+                kvb = (sb_reg(f"sb_kv{e}_{r}", byte_of(kv_rp[r].data, s1_a_lane, 4))
+                       if kv_rp else xb)
+                qb = sb_reg(f"sb_q{e}_{r}", byte_of(q_rp[r].data, s1_a_lane, C))
+                pb = sb_reg(f"sb_p{e}_{r}", byte_of(p_rp[r].data, s1_a_lane, L, PB))
                 ab = Signal(8)
                 with m.Switch(s1_attn_e):
                     for ee in range(E):
                         with m.Case(ee):
                             m.d.comb += ab.eq(byte_of(attn_rp[ee][r].data, s1_a_lane, C))
-                val = select(f"a{e}_{r}", signed(a_width), s1_src_a, {
+                ab = sb_reg(f"sb_attn{e}_{r}", ab)
+                val = select(f"a{e}_{r}", signed(a_width), sb_src_a, {
                     A_X: xb.as_signed(), A_KV: kvb.as_signed(), A_Q: qb.as_signed(),
                     A_P: pb,                     # unsigned probability
                     A_ATTN: ab.as_signed()})
-                m.d.comb += eng.a.payload[r].eq(Mux(s1_amask[r], val, 0))
+                s2_a = Signal(signed(a_width), name=f"s2_a{e}_{r}")
+                with m.If(advance):
+                    m.d.sync += s2_a.eq(Mux(sb_amask[r], val, 0))
+                m.d.comb += eng.a.payload[r].eq(s2_a)
             b_width = eng.b.payload.shape().elem_shape.width
             for c in range(C):
-                wb = byte_of(w_rp.data[32 * c:32 * (c + 1)], s1_b_lane, 4)
-                kb = byte_of(k_rp[c].data, s1_b_lane, C)
-                vb = v_rp.data[8 * c:8 * (c + 1)]
-                val = select(f"b{e}_{c}", signed(b_width), s1_src_b, {
+                wb = sb_reg(f"sb_w{e}_{c}", byte_of(w_rp.data[32 * c:32 * (c + 1)], s1_b_lane, 4))
+                kb = sb_reg(f"sb_k{e}_{c}", byte_of(k_rp[c].data, s1_b_lane, C))
+                vb = sb_reg(f"sb_v{e}_{c}", v_rp.data[8 * c:8 * (c + 1)])
+                val = select(f"b{e}_{c}", signed(b_width), sb_src_b, {
                     B_W: wb.as_signed(), B_K: kb.as_signed(), B_V: vb.as_signed()})
-                m.d.comb += eng.b.payload[c].eq(Mux(s1_bmask[c], val, 0))
+                s2_b = Signal(signed(b_width), name=f"s2_b{e}_{c}")
+                with m.If(advance):
+                    m.d.sync += s2_b.eq(Mux(sb_bmask[c], val, 0))
+                m.d.comb += eng.b.payload[c].eq(s2_b)
             m.d.comb += [eng.a.valid.eq(op_valids[e]), eng.b.valid.eq(op_valids[e])]
 
         # ------------------------------------------------------------ bias fetch
         bf_active = Signal()
-        bf_tm = Signal.like(f_tm)
+        bf_row_end = Signal.like(row_end, init=R)     # (tile row + 1) * R, as a register
         bf_tn = Signal.like(f_tn)
         bs1_valid = Signal()
         bias_valids, b_adv = fork(m, "bias", bs1_valid, [eng.bias.ready for eng in engines])
@@ -508,11 +551,11 @@ class AttentionCore(wiring.Component):
             with m.If(bf_active):
                 m.d.sync += bf_tn.eq(bf_tn + 1)
                 with m.If(bf_tn * C + C >= job_n):
-                    m.d.sync += [bf_tn.eq(0), bf_tm.eq(bf_tm + 1)]
-                    with m.If(bf_tm * R + R >= job_m):
+                    m.d.sync += [bf_tn.eq(0), bf_row_end.eq(bf_row_end + R)]
+                    with m.If(bf_row_end >= job_m):
                         m.d.sync += bf_active.eq(0)
         with m.If(job_go):
-            m.d.sync += [bf_active.eq(job_bias), bf_tm.eq(0), bf_tn.eq(0)]
+            m.d.sync += [bf_active.eq(job_bias), bf_row_end.eq(R), bf_tn.eq(0)]
 
         # ------------------------------------------------------------ result writers
         res_done = Signal(E)
@@ -786,7 +829,8 @@ class AttentionCore(wiring.Component):
                          job_k.eq(kk_), job_lh.eq(g)]
 
         job_done = Signal()
-        m.d.comb += job_done.eq((res_done == (1 << E) - 1) & ~f_active & ~s1_valid
+        m.d.comb += job_done.eq((res_done == (1 << E) - 1) & ~f_active & ~s0_valid
+                                & ~s1_valid & ~sb_valid & ~s2_valid
                                 & ~bf_active & ~bs1_valid & (cmd_pending == 0))
 
         # A rejected engine command would leave the sequencer waiting for results that never
@@ -806,7 +850,8 @@ class AttentionCore(wiring.Component):
         def abandon_on_fault():
             with m.If(fault):
                 m.d.comb += run_error.eq(1)
-                m.d.sync += [running.eq(0), f_active.eq(0), s1_valid.eq(0), bf_active.eq(0),
+                m.d.sync += [running.eq(0), f_active.eq(0), s0_valid.eq(0), s1_valid.eq(0),
+                             sb_valid.eq(0), s2_valid.eq(0), bf_active.eq(0),
                              bs1_valid.eq(0), sf_active.eq(0), ss1_valid.eq(0),
                              cmd_pending.eq(0)]
                 m.next = "IDLE"

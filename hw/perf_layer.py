@@ -39,7 +39,7 @@ __all__ = ["LayerTiming", "layer_timing", "stream_bytes_per_cycle", "JOB_OVERHEA
            "LOAD_OVERHEAD", "STREAM_OVERHEAD", "FETCH_LATENCY"]
 
 # Cycles from a job's go pulse to the engine's first operand beat: command and fetch registers.
-FETCH_LATENCY = 2
+FETCH_LATENCY = 5
 # Cycles a job spends beyond matmul_cycles: FETCH_LATENCY before its first beat, then the
 # result-done register and the sequencer's job_done -> job_go step after its last result.
 JOB_OVERHEAD = FETCH_LATENCY + 1
@@ -148,7 +148,9 @@ def _pv_stall(cfg, seq, kv, scores_go, pv_go):
     for tm in range(_cdiv(seq, R)):
         need = p_done[min(seq, (tm + 1) * R) - 1]
         for tn in range(tiles_n):
-            first = max(t, need + 1) if tn == 0 else t
+            # p_ready is seen by the fetch counters, FETCH_LATENCY - 1 stages before the
+            # engine's input.
+            first = max(t, need + FETCH_LATENCY - 1) if tn == 0 else t
             last = first + kv - 1
             if prev_last is not None:
                 last = max(last, prev_last + step)

@@ -359,6 +359,7 @@ def run(target: str, cfg, config_file: str, device: Device, *, out: Path, io: st
     """Synthesise (and place and route) ``cfg``'s top; write and return the report."""
     from amaranth.back import rtlil
     from hw.attention_top import AttentionTop
+    from hw.dsp import ECP5
     from hw.synth_wrapper import SynthWrapper
 
     t_start = time.monotonic()
@@ -376,7 +377,10 @@ def run(target: str, cfg, config_file: str, device: Device, *, out: Path, io: st
         io = "full" if full_pins <= device.ios else "narrow"
     wrapper = SynthWrapper(top, io)
     pins = 2 + sum(len(getattr(wrapper, n)) for n in wrapper.signature.members)
-    (out / "top.il").write_text(rtlil.convert(wrapper, name=TOP))
+    # On ECP5 every hw.dsp multiplier becomes a MULT18X18D with its own registers enabled;
+    # Yosys would otherwise map it to a combinational block between fabric flip-flops.
+    platform = ECP5 if target == "ecp5" else None
+    (out / "top.il").write_text(rtlil.convert(wrapper, name=TOP, platform=platform))
     times["generate_s"] = round(time.monotonic() - t0, 1)
     log(f"{cfg.name}: {TOP} (attention_top in a {io} I/O wrapper, {pins} pins) "
         f"generated in {times['generate_s']} s; synthesis for {device.part} ...")
