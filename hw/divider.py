@@ -84,25 +84,28 @@ class ReciprocalDivider(wiring.Component):
         m = Module()
 
         # Stage 1: input register (the sum arrives straight from the row accumulator's adder).
-        v0, tag0, sum0 = Signal(), Signal(self._tag_width), Signal(S)
+        # Only the valid flags have a reset: the data registers (no reset) stay off the
+        # reset/flush net, and nothing reads them without their valid flag.
+        RL = dict(reset_less=True)
+        v0, tag0, sum0 = Signal(), Signal(self._tag_width, **RL), Signal(S, **RL)
         m.d.sync += [v0.eq(self.i_valid), tag0.eq(self.i_tag), sum0.eq(self.i_sum)]
 
         # Stage 2: leading zeros above the highest set bit, as a log-depth tree (S - 1 for
         # sum = 0, where lead = 0).
-        valid, tag = Signal(), Signal(self._tag_width)
-        total, norm_shift = Signal(S), Signal(range(S))
+        valid, tag = Signal(), Signal(self._tag_width, **RL)
+        total, norm_shift = Signal(S, **RL), Signal(range(S), **RL)
         m.d.sync += [valid.eq(v0), tag.eq(tag0), total.eq(sum0),
                      norm_shift.eq(_leading_zeros(m, sum0))]
 
         # Stages 3, 4: normalise so the divisor's top bit is bit S-1 (shift by the multiple of
         # 4 of the distance, then by the rest); lead = S - 1 - that distance.
-        v2a, tag2a, lead2a = Signal(), Signal(self._tag_width), Signal(range(S))
-        coarse, fine = Signal(S), Signal(2)
+        v2a, tag2a, lead2a = Signal(), Signal(self._tag_width, **RL), Signal(range(S), **RL)
+        coarse, fine = Signal(S, **RL), Signal(2, **RL)
         m.d.sync += [v2a.eq(valid), tag2a.eq(tag), lead2a.eq(S - 1 - norm_shift),
                      coarse.eq(total << Cat(Const(0, 2), norm_shift[2:])),
                      fine.eq(norm_shift[:2])]
-        v2, tag2, lead2 = Signal(), Signal(self._tag_width), Signal(range(S))
-        divisor = Signal(S)
+        v2, tag2, lead2 = Signal(), Signal(self._tag_width, **RL), Signal(range(S), **RL)
+        divisor = Signal(S, **RL)
         m.d.sync += [v2.eq(v2a), tag2.eq(tag2a), lead2.eq(lead2a),
                      divisor.eq(coarse << fine)]
 
@@ -116,10 +119,11 @@ class ReciprocalDivider(wiring.Component):
             diff = Signal(S + 2, name=f"diff{step}")
             m.d.comb += diff.eq(rem_c - d)
             ge = ~diff[S + 1]
-            nrem = Signal(S + 1, name=f"rem{step}")
-            nquot = Signal(step + 1, name=f"quot{step}")
-            nv, nt = Signal(name=f"v{step}"), Signal(self._tag_width, name=f"tag{step}")
-            nld, nd = Signal(range(S), name=f"lead{step}"), Signal(S, name=f"div{step}")
+            nrem = Signal(S + 1, name=f"rem{step}", **RL)
+            nquot = Signal(step + 1, name=f"quot{step}", **RL)
+            nv, nt = Signal(name=f"v{step}"), Signal(self._tag_width, name=f"tag{step}", **RL)
+            nld = Signal(range(S), name=f"lead{step}", **RL)
+            nd = Signal(S, name=f"div{step}", **RL)
             if step < R:  # the last remainder and divisor are not needed
                 with m.If(ge):
                     m.d.sync += nrem.eq(diff[:S] << 1)

@@ -228,6 +228,8 @@ class WideMultiplier(wiring.Component):
         total = low >> split
         for value, offset in rest:
             total = total + (value << (offset - split))
+        p = Signal.like(self.p, reset_less=True)    # no reset, like the blocks' registers
+        m.d.comb += self.p.eq(p)
         with m.If(self.en):
-            m.d.sync += self.p.eq(Cat(low[:split], total) if split else total)
+            m.d.sync += p.eq(Cat(low[:split], total) if split else total)
         return m

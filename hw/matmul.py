@@ -168,7 +168,9 @@ class MatmulEngine(wiring.Component):
         # make the enable depend on result.ready), hence three entries.
         OUT_DEPTH = 3
         out_count = Signal(range(OUT_DEPTH + 1))
-        bias_buf = Signal(data.ArrayLayout(signed(cfg.bias_bits), C))
+        # Data registers below are reset_less (valid flags and counters keep their reset):
+        # their values are used only under a flag, and the reset/flush net stays small.
+        bias_buf = Signal(data.ArrayLayout(signed(cfg.bias_bits), C), reset_less=True)
         bias_buf_valid = Signal()
         # Two copies of the enable register: ``advance`` for the array (its PEs and DSP
         # blocks) and the inverted ``stall`` for everything else, which halves each one's
@@ -195,11 +197,12 @@ class MatmulEngine(wiring.Component):
         # Tiles between issuing their last beat and their last row leaving the array: a tile
         # stays R + C + 4 steps and tiles are at least S steps apart.
         depth = (R + C + 4) // S + 2
-        descs = Array(Signal(desc_layout, name=f"desc_{i}") for i in range(depth))
+        descs = Array(Signal(desc_layout, name=f"desc_{i}", reset_less=True)
+                      for i in range(depth))
         desc_wr = Signal(range(depth))
         desc_rd = Signal(range(depth))
         desc_rd_next = Signal(range(depth), init=1)   # desc_rd + 1, wrapped
-        head = Signal(desc_layout)            # registered copy of descs[desc_rd]
+        head = Signal(desc_layout, reset_less=True)   # registered copy of descs[desc_rd]
 
         row_first = Signal()          # row_data holds row 0 of a tile (a register)
         row_final = array.row_valid & (array.row_index == R - 1)
@@ -347,13 +350,14 @@ class MatmulEngine(wiring.Component):
             "col_mask": unsigned(C),
             "shift_m1": unsigned(6),
         })
-        tile_bias = Signal(data.ArrayLayout(signed(cfg.bias_bits), C))
+        tile_bias = Signal(data.ArrayLayout(signed(cfg.bias_bits), C), reset_less=True)
         meta = [Signal(meta_layout, name=f"meta_{i}") for i in range(1, PL + 5)]
-        q1_sum = [Signal(sum_shape, name=f"sum_{c}") for c in range(C)]
-        q1_mult = Signal(mult_bits)
-        q5_val = [Signal(wide_shape, name=f"coarse_{c}") for c in range(C)]
-        q6_val = [Signal(wide_shape, name=f"shifted_{c}") for c in range(C)]
-        q7_val = [Signal(signed(acc_bits), name=f"rounded_{c}") for c in range(C)]
+        q1_sum = [Signal(sum_shape, name=f"sum_{c}", reset_less=True) for c in range(C)]
+        q1_mult = Signal(mult_bits, reset_less=True)
+        q5_val = [Signal(wide_shape, name=f"coarse_{c}", reset_less=True) for c in range(C)]
+        q6_val = [Signal(wide_shape, name=f"shifted_{c}", reset_less=True) for c in range(C)]
+        q7_val = [Signal(signed(acc_bits), name=f"rounded_{c}", reset_less=True)
+                  for c in range(C)]
         # Saturation: with a = act_bits, the rounded value (x + 1) >> 1 is above qmax iff
         # x >= 2**a - 1, i.e. x >= 0 and (x >> a != 0 or the low a bits are all ones), and
         # below qmin iff x < -2**a - 1, i.e. x < 0 and not (x >> a == -1 or (x >> a == -2 and
@@ -436,7 +440,8 @@ class MatmulEngine(wiring.Component):
         # flip-flops), a pop moves the others down, and a pushed row goes into the first free
         # entry after that move. push and the per-entry "first free" flags are registers,
         # computed a cycle ahead with the enable.
-        entries = [Signal(self.result_layout, name=f"out_{i}") for i in range(OUT_DEPTH)]
+        entries = [Signal(self.result_layout, name=f"out_{i}", reset_less=True)
+                   for i in range(OUT_DEPTH)]
         push = Signal()
         at = Signal(OUT_DEPTH + 1)        # at[i]: push & (out_count == i)
         pop = self.result.valid & self.result.ready

@@ -104,13 +104,21 @@ class ProcessingElement(wiring.Component):
         p = mult.p
         first_dd, last_dd = Signal(), Signal()
         first_d, last_d = Signal(), Signal()
-        acc = Signal(signed(self.acc_width))
+        # The data registers have no reset (only the flags do): a sum starts from the first
+        # flag, a result is read only after the last flag, and operands left in the array by
+        # an abandoned tile leave it ahead of the next tile's first beat. Without reset they
+        # stay off the engine's reset/flush net, which otherwise reaches every flip-flop.
+        a_out = Signal(signed(self.a_width), reset_less=True)
+        b_out = Signal(signed(self.b_width), reset_less=True)
+        acc = Signal(signed(self.acc_width), reset_less=True)
+        result = Signal(signed(self.acc_width), reset_less=True)
+        m.d.comb += [self.a_out.eq(a_out), self.b_out.eq(b_out), self.result.eq(result)]
         total = Signal(signed(self.acc_width))
         m.d.comb += total.eq(Mux(first_d, 0, acc) + p)
         with m.If(self.en):
             m.d.sync += [
-                self.a_out.eq(self.a_in),
-                self.b_out.eq(self.b_in),
+                a_out.eq(self.a_in),
+                b_out.eq(self.b_in),
                 self.first_out.eq(self.first_in),
                 self.last_out.eq(self.last_in),
                 first_dd.eq(self.first_out),
@@ -121,5 +129,5 @@ class ProcessingElement(wiring.Component):
                 acc.eq(total),
             ]
             with m.If(last_d):
-                m.d.sync += self.result.eq(total)
+                m.d.sync += result.eq(total)
         return m

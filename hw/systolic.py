@@ -116,9 +116,12 @@ class SystolicArray(wiring.Component):
         # column c of B waits c more steps. The operands are registered as they come; a
         # bubble's are replaced by zeros where they leave the skew (valid_skew[i] is the valid
         # flag delayed i + 1 steps), so the controller's valid fans out to a few flags only.
-        a_skew = [[Signal(signed(self.a_width), name=f"a_skew_{r}_{i}") for i in range(r + 1)]
+        # Operand registers without reset (a bubble's are zeroed by valid_skew; see the PE).
+        a_skew = [[Signal(signed(self.a_width), name=f"a_skew_{r}_{i}", reset_less=True)
+                   for i in range(r + 1)]
                   for r in range(R)]
-        b_skew = [[Signal(signed(self.b_width), name=f"b_skew_{c}_{i}") for i in range(c + 1)]
+        b_skew = [[Signal(signed(self.b_width), name=f"b_skew_{c}_{i}", reset_less=True)
+                   for i in range(c + 1)]
                   for c in range(C)]
         valid_skew = [Signal(name=f"valid_skew_{i}") for i in range(max(R, C))]
         first_skew = [Signal(name=f"first_skew_{i}") for i in range(R)]
@@ -161,13 +164,15 @@ class SystolicArray(wiring.Component):
         # at most one row ready per step, so an AND-OR select suffices.
         ready = self.row_ready
         m.d.comb += ready.eq(Cat(*(pes[r][C - 1].last_done for r in range(R))))
+        row_data = Signal.like(self.row_data, reset_less=True)
+        m.d.comb += self.row_data.eq(row_data)
         with m.If(en):
             m.d.sync += self.row_valid.eq(ready.any())
             for c in range(C):
                 selected = 0
                 for r in range(R):
                     selected = selected | Mux(ready[r], pes[r][c].result.as_unsigned(), 0)
-                m.d.sync += self.row_data[c].eq(selected)
+                m.d.sync += row_data[c].eq(selected)
             index = 0
             for r in range(1, R):
                 index = index | (ready[r] * r)
