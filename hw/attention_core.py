@@ -615,7 +615,10 @@ class AttentionCore(wiring.Component):
         ss1_last = Signal()
         ss1_sel = Signal(range(max(2, C // L)))
         sm_valids, s_adv = fork(m, "sm", ss1_valid, [sm.scores.ready for sm in softmaxes])
-        sf_last = sf_b + 1 >= sf_nb
+        # sf_b + 1 >= sf_nb (this beat ends its row) and sf_i + 1 >= seq (this row is the
+        # last), kept as registers: they gate the feeder's enables.
+        sf_last = Signal()
+        sf_row_last = Signal()
         # Beat b holds lanes b*L .. b*L+L-1: score word (b*L) // C, lane group within it.
         sf_word, sf_lane_group = divmod_const(sf_b, C // L)
         s_rps = [s_mem[e].read_port() for e in range(E)]
@@ -643,10 +646,12 @@ class AttentionCore(wiring.Component):
             m.d.sync += ss1_valid.eq(sf_go)
             with m.If(sf_go):
                 m.d.sync += [ss1_row.eq(sf_i), ss1_last.eq(sf_last),
-                             ss1_sel.eq(sf_lane_group), sf_b.eq(sf_b + 1)]
+                             ss1_sel.eq(sf_lane_group), sf_b.eq(sf_b + 1),
+                             sf_last.eq(sf_b + 2 >= sf_nb)]
                 with m.If(sf_last):
-                    m.d.sync += [sf_b.eq(0), sf_i.eq(sf_i + 1)]
-                    with m.If(sf_i + 1 >= seq):
+                    m.d.sync += [sf_b.eq(0), sf_i.eq(sf_i + 1), sf_last.eq(sf_nb <= 1),
+                                 sf_row_last.eq(sf_i + 2 >= seq)]
+                    with m.If(sf_row_last):
                         m.d.sync += sf_active.eq(0)
 
         # Softmax results into P.
@@ -828,10 +833,14 @@ class AttentionCore(wiring.Component):
                          job_rq.eq(rqsel), job_dst.eq(dst), job_m.eq(mm_), job_n.eq(nn),
                          job_k.eq(kk_), job_lh.eq(g)]
 
-        job_done = Signal()
-        m.d.comb += job_done.eq((res_done == (1 << E) - 1) & ~f_active & ~s0_valid
+        job_idle = Signal()
+        m.d.comb += job_idle.eq((res_done == (1 << E) - 1) & ~f_active & ~s0_valid
                                 & ~s1_valid & ~sb_valid & ~s2_valid
                                 & ~bf_active & ~bs1_valid & (cmd_pending == 0))
+        # Registered (one cycle later), so the sequencer's decisions start from a flip-flop;
+        # job_go masks the one cycle in which it still shows the job just launched as done.
+        job_done = Signal()
+        m.d.sync += job_done.eq(job_idle & ~job_go)
 
         # A rejected engine command would leave the sequencer waiting for results that never
         # come. The registers check every setting at START, so this cannot happen with a
@@ -844,7 +853,8 @@ class AttentionCore(wiring.Component):
 
         def start_softmax_feed():
             m.d.sync += [sf_active.eq(1), sf_i.eq(0), sf_b.eq(0),
-                         sf_nb.eq((kvrows + L - 1) // L)]
+                         sf_nb.eq((kvrows + L - 1) // L), sf_last.eq(kvrows <= L),
+                         sf_row_last.eq(seq <= 1)]
             m.d.sync += [n.eq(0) for n in prob_rows + score_rows]
 
         def abandon_on_fault():

@@ -41,8 +41,9 @@ __all__ = ["LayerTiming", "layer_timing", "stream_bytes_per_cycle", "JOB_OVERHEA
 # Cycles from a job's go pulse to the engine's first operand beat: command and fetch registers.
 FETCH_LATENCY = 5
 # Cycles a job spends beyond matmul_cycles: FETCH_LATENCY before its first beat, then the
-# result-done register and the sequencer's job_done -> job_go step after its last result.
-JOB_OVERHEAD = FETCH_LATENCY + 1
+# result-done register, the registered job_done and the sequencer's job_done -> job_go step
+# after its last result.
+JOB_OVERHEAD = FETCH_LATENCY + 2
 # From START to the first job's go pulse, beyond the input words: the start strobe is
 # sampled into the loader, which hands the loaded sequence to the sequencer (take) one cycle
 # after its last word, and the sequencer raises go the cycle after that.
