@@ -22,7 +22,7 @@ JOBS    ?= auto
 all: verilog
 
 help:
-	@sed -n '1,8p' Makefile
+	@sed -n '1,/^$$/p' Makefile | sed '/^$$/d'
 
 setup: $(STAMP) .simulators
 
