@@ -348,13 +348,14 @@ class AttentionCore(wiring.Component):
         f_tm = Signal(range(max(SEQ, KV) + 1))
         f_tn = Signal(range(max(TN, TNk) + 1))
         f_kk = Signal(range(max(d, KV, dk) + 1))
-        # A four-stage pipeline that advances as one (``advance``): s0 holds the block RAM
-        # addresses (registered: they fan out to about 40 read ports), s1 the read data and
-        # the lane selects, sb the selected element of every source word, s2 the operands
-        # for the engines (the source the job reads, masked), which the fork hands to every
-        # engine. A block RAM output feeds one multiplexer level before a register.
+        # A five-stage pipeline that advances as one (``advance``): s0 holds the block RAM
+        # addresses (registered: they fan out to about 40 read ports), s1 is the block RAM
+        # read, sd its output registered as it is, sb the selected element of every source
+        # word, s2 the operands for the engines (the source the job reads, masked), which
+        # the fork hands to every engine.
         s0_valid = Signal()
         s1_valid = Signal()
+        sd_valid = Signal()
         sb_valid = Signal()
         s2_valid = Signal()
         op_valids, op_adv = fork(m, "op", s2_valid, [eng.a.ready for eng in engines])
@@ -406,6 +407,10 @@ class AttentionCore(wiring.Component):
         s0_attn_e, s1_attn_e = Signal(range(max(E, 2))), Signal(range(max(E, 2)))
         s0_src_a, s1_src_a = Signal(3), Signal(3)
         s0_src_b, s1_src_b = Signal(2), Signal(2)
+        sd_a_lane, sd_b_lane = Signal.like(a_lane), Signal.like(b_lane)
+        sd_amask, sd_bmask = Signal(R), Signal(C)
+        sd_attn_e = Signal(range(max(E, 2)))
+        sd_src_a, sd_src_b = Signal(3), Signal(2)
         sb_amask, sb_bmask = Signal(R), Signal(C)
         sb_src_a, sb_src_b = Signal(3), Signal(2)
 
@@ -418,10 +423,14 @@ class AttentionCore(wiring.Component):
         f_go = Signal()
         m.d.comb += f_go.eq(f_active & ((job_a != A_P) | p_ready))
         with m.If(advance):
-            m.d.sync += [s0_valid.eq(f_go), s1_valid.eq(s0_valid), sb_valid.eq(s1_valid),
-                         s2_valid.eq(sb_valid)]
-            m.d.sync += [sb_amask.eq(s1_amask), sb_bmask.eq(s1_bmask),
-                         sb_src_a.eq(s1_src_a), sb_src_b.eq(s1_src_b)]
+            m.d.sync += [s0_valid.eq(f_go), s1_valid.eq(s0_valid), sd_valid.eq(s1_valid),
+                         sb_valid.eq(sd_valid), s2_valid.eq(sb_valid)]
+            m.d.sync += [sd_a_lane.eq(s1_a_lane), sd_b_lane.eq(s1_b_lane),
+                         sd_amask.eq(s1_amask), sd_bmask.eq(s1_bmask),
+                         sd_attn_e.eq(s1_attn_e), sd_src_a.eq(s1_src_a),
+                         sd_src_b.eq(s1_src_b)]
+            m.d.sync += [sb_amask.eq(sd_amask), sb_bmask.eq(sd_bmask),
+                         sb_src_a.eq(sd_src_a), sb_src_b.eq(sd_src_b)]
             m.d.sync += [s1_a_lane.eq(s0_a_lane), s1_b_lane.eq(s0_b_lane),
                          s1_amask.eq(s0_amask), s1_bmask.eq(s0_bmask),
                          s1_attn_e.eq(s0_attn_e), s1_src_a.eq(s0_src_a),
@@ -464,6 +473,13 @@ class AttentionCore(wiring.Component):
                         m.d.comb += sel.eq(word[i * width:(i + 1) * width])
             return sel
 
+        def stage_reg(name, value):
+            """A register of the fetch pipeline (loads when it advances), without reset."""
+            reg = Signal.like(value, name=name, reset_less=True)
+            with m.If(advance):
+                m.d.sync += reg.eq(value)
+            return reg
+
         # Read ports.
         x_rp = [mm.read_port() for mm in x_mem]
         kv_rp = [mm.read_port() for mm in kv_mem] if cfg.cross_attention else None
@@ -478,12 +494,12 @@ class AttentionCore(wiring.Component):
                 m.d.comb += [attn_rp[e][r].addr.eq(s0_a_addr), attn_rp[e][r].en.eq(advance)]
 
         a_width = engines[0].a.payload.shape().elem_shape.width
-
-        def sb_reg(name, value):
-            reg = Signal.like(value, name=name)
-            with m.If(advance):
-                m.d.sync += reg.eq(value)
-            return reg
+        # sd: the block RAM outputs registered as they are (a DP16KD's clock-to-output is
+        # 5.6 ns and the route to the lane multiplexers another 5.5 ns on the 85F).
+        x_sd = [stage_reg(f"sd_x{r}", x_rp[r].data) for r in range(R)]
+        kv_sd = [stage_reg(f"sd_kv{r}", kv_rp[r].data) for r in range(R)] if kv_rp else None
+        attn_sd = [[stage_reg(f"sd_attn{e}_{r}", attn_rp[e][r].data) for r in range(R)]
+                   for e in range(E)]
         for e, eng in enumerate(engines):
             q_rp = [mm.read_port() for mm in q_mem[e]]
             p_rp = [mm.read_port() for mm in p_mem[e]]
@@ -494,21 +510,26 @@ class AttentionCore(wiring.Component):
                 m.d.comb += [rp.addr.eq(s0_a_addr), rp.en.eq(advance)]
             for rp in [w_rp, v_rp] + k_rp:
                 m.d.comb += [rp.addr.eq(s0_b_addr), rp.en.eq(advance)]
+            w_sd = stage_reg(f"sd_w{e}", w_rp.data)
+            v_sd = stage_reg(f"sd_v{e}", v_rp.data)
 
             for r in range(R):
                 # sb: the element of each source word (lane multiplexers after the block
                 # RAM outputs); s2: the source the job reads, masked.
-                xb = sb_reg(f"sb_x{e}_{r}", byte_of(x_rp[r].data, s1_a_lane, 4))
-                kvb = (sb_reg(f"sb_kv{e}_{r}", byte_of(kv_rp[r].data, s1_a_lane, 4))
+                xb = stage_reg(f"sb_x{e}_{r}", byte_of(x_sd[r], sd_a_lane, 4))
+                kvb = (stage_reg(f"sb_kv{e}_{r}", byte_of(kv_sd[r], sd_a_lane, 4))
                        if kv_rp else xb)
-                qb = sb_reg(f"sb_q{e}_{r}", byte_of(q_rp[r].data, s1_a_lane, C))
-                pb = sb_reg(f"sb_p{e}_{r}", byte_of(p_rp[r].data, s1_a_lane, L, PB))
+                qb = stage_reg(f"sb_q{e}_{r}",
+                               byte_of(stage_reg(f"sd_q{e}_{r}", q_rp[r].data), sd_a_lane, C))
+                pb = stage_reg(f"sb_p{e}_{r}",
+                               byte_of(stage_reg(f"sd_p{e}_{r}", p_rp[r].data), sd_a_lane, L,
+                                       PB))
                 ab = Signal(8)
-                with m.Switch(s1_attn_e):
+                with m.Switch(sd_attn_e):
                     for ee in range(E):
                         with m.Case(ee):
-                            m.d.comb += ab.eq(byte_of(attn_rp[ee][r].data, s1_a_lane, C))
-                ab = sb_reg(f"sb_attn{e}_{r}", ab)
+                            m.d.comb += ab.eq(byte_of(attn_sd[ee][r], sd_a_lane, C))
+                ab = stage_reg(f"sb_attn{e}_{r}", ab)
                 val = select(f"a{e}_{r}", signed(a_width), sb_src_a, {
                     A_X: xb.as_signed(), A_KV: kvb.as_signed(), A_Q: qb.as_signed(),
                     A_P: pb,                     # unsigned probability
@@ -519,9 +540,11 @@ class AttentionCore(wiring.Component):
                 m.d.comb += eng.a.payload[r].eq(s2_a)
             b_width = eng.b.payload.shape().elem_shape.width
             for c in range(C):
-                wb = sb_reg(f"sb_w{e}_{c}", byte_of(w_rp.data[32 * c:32 * (c + 1)], s1_b_lane, 4))
-                kb = sb_reg(f"sb_k{e}_{c}", byte_of(k_rp[c].data, s1_b_lane, C))
-                vb = sb_reg(f"sb_v{e}_{c}", v_rp.data[8 * c:8 * (c + 1)])
+                wb = stage_reg(f"sb_w{e}_{c}",
+                               byte_of(w_sd[32 * c:32 * (c + 1)], sd_b_lane, 4))
+                kb = stage_reg(f"sb_k{e}_{c}",
+                               byte_of(stage_reg(f"sd_k{e}_{c}", k_rp[c].data), sd_b_lane, C))
+                vb = stage_reg(f"sb_v{e}_{c}", v_sd[8 * c:8 * (c + 1)])
                 val = select(f"b{e}_{c}", signed(b_width), sb_src_b, {
                     B_W: wb.as_signed(), B_K: kb.as_signed(), B_V: vb.as_signed()})
                 s2_b = Signal(signed(b_width), name=f"s2_b{e}_{c}")
@@ -835,7 +858,8 @@ class AttentionCore(wiring.Component):
 
         job_idle = Signal()
         m.d.comb += job_idle.eq((res_done == (1 << E) - 1) & ~f_active & ~s0_valid
-                                & ~s1_valid & ~sb_valid & ~s2_valid
+                                & ~s1_valid & ~sd_valid & ~sb_valid
+                                & ~s2_valid
                                 & ~bf_active & ~bs1_valid & (cmd_pending == 0))
         # Registered (one cycle later), so the sequencer's decisions start from a flip-flop;
         # job_go masks the one cycle in which it still shows the job just launched as done.
@@ -861,7 +885,7 @@ class AttentionCore(wiring.Component):
             with m.If(fault):
                 m.d.comb += run_error.eq(1)
                 m.d.sync += [running.eq(0), f_active.eq(0), s0_valid.eq(0), s1_valid.eq(0),
-                             sb_valid.eq(0), s2_valid.eq(0), bf_active.eq(0),
+                             sd_valid.eq(0), sb_valid.eq(0), s2_valid.eq(0), bf_active.eq(0),
                              bs1_valid.eq(0), sf_active.eq(0), ss1_valid.eq(0),
                              cmd_pending.eq(0)]
                 m.next = "IDLE"

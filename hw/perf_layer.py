@@ -39,7 +39,7 @@ __all__ = ["LayerTiming", "layer_timing", "stream_bytes_per_cycle", "JOB_OVERHEA
            "LOAD_OVERHEAD", "STREAM_OVERHEAD", "FETCH_LATENCY"]
 
 # Cycles from a job's go pulse to the engine's first operand beat: command and fetch registers.
-FETCH_LATENCY = 5
+FETCH_LATENCY = 6
 # Cycles a job spends beyond matmul_cycles: FETCH_LATENCY before its first beat, then the
 # result-done register, the registered job_done and the sequencer's job_done -> job_go step
 # after its last result.
