@@ -796,19 +796,32 @@ class AttentionCore(wiring.Component):
         oh, och = divmod_const(o_col, dk)
         ohg, ohe = divmod_const(oh, E)
         ochc, ochcl = divmod_const(och, C)
+        # os2: the block RAM words registered as they are (a DP16KD's clock-to-output plus the
+        # route out of it was the routed one-engine top's critical path), and os1's fields;
+        # os1 and os2 advance together.
+        os2_valid = Signal()
+        os2_e = Signal.like(os1_e)
+        os2_c = Signal.like(os1_c)
+        os2_k = Signal.like(os1_k)
+        os2_last = Signal()
         o_issue = st_active & (o_i < st_seq)
-        o_out = os1_valid & (os1_k == K - 1)
-        o_adv = ~os1_valid | (os1_k != K - 1) | self.y_out.ready
+        o_out = os2_valid & (os2_k == K - 1)
+        o_adv = ~os2_valid | (os2_k != K - 1) | self.y_out.ready
         for e in range(E):
             m.d.comb += [o_rps[e].addr.eq(Cat(((o_i * G + ohg) * TN + ochc)[:o_aw],
                                               st_bank)),
                          o_rps[e].en.eq(o_adv)]
+        os2_data = [Signal.like(o_rps[e].data, name=f"os2_data{e}", reset_less=True)
+                    for e in range(E)]
         chunk = Signal(8 * P)
-        with m.Switch(os1_e):
+        with m.Switch(os2_e):
             for e in range(E):
                 with m.Case(e):
-                    m.d.comb += chunk.eq(byte_of(o_rps[e].data, os1_c, C // P, 8 * P))
+                    m.d.comb += chunk.eq(byte_of(os2_data[e], os2_c, C // P, 8 * P))
         with m.If(o_adv):
+            m.d.sync += [os2_valid.eq(os1_valid), os2_e.eq(os1_e), os2_c.eq(os1_c),
+                         os2_k.eq(os1_k), os2_last.eq(os1_last)]
+            m.d.sync += [os2_data[e].eq(o_rps[e].data) for e in range(E)]
             m.d.sync += os1_valid.eq(o_issue)
             with m.If(o_issue):
                 m.d.sync += [os1_e.eq(ohe), os1_c.eq(divmod_const(ochcl, P)[0]),
@@ -819,8 +832,8 @@ class AttentionCore(wiring.Component):
                     m.d.sync += [o_col.eq(0), o_i.eq(o_i + 1)]
         if K > 1:
             assemble = Signal(32 - 8 * P)
-            with m.If(os1_valid & (os1_k != K - 1)):
-                with m.Switch(os1_k):
+            with m.If(os2_valid & (os2_k != K - 1) & o_adv):
+                with m.Switch(os2_k):
                     for k in range(K - 1):
                         with m.Case(k):
                             m.d.sync += assemble[8 * P * k:8 * P * (k + 1)].eq(chunk)
@@ -829,7 +842,7 @@ class AttentionCore(wiring.Component):
             word = chunk
         m.d.comb += [self.y_out.valid.eq(o_out),
                      self.y_out.payload.data.eq(word),
-                     self.y_out.payload.last.eq(os1_last)]
+                     self.y_out.payload.last.eq(os2_last)]
         stream_end = self.y_out.valid & self.y_out.ready & self.y_out.payload.last
         with m.If(stream_end):
             m.d.comb += self.done.eq(1)

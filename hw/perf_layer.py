@@ -49,8 +49,9 @@ JOB_OVERHEAD = FETCH_LATENCY + 2
 # after its last word, and the sequencer raises go the cycle after that.
 LOAD_OVERHEAD = 2
 # From the last job's completion to the final output word, beyond one word per 4 / P cycles:
-# the HANDOFF state starts the streamer, whose first buffer read is then offered a cycle later.
-STREAM_OVERHEAD = 1
+# the HANDOFF state starts the streamer, whose first buffer read is registered (os2) and then
+# offered.
+STREAM_OVERHEAD = 2
 
 
 def _cdiv(a: int, b: int) -> int:
