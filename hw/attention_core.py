@@ -98,6 +98,7 @@ ERROR_CAUSES = {name: bit for bit, (name, _) in enumerate(REGMAP_CAUSES)
 
 # Job selectors.
 A_X, A_KV, A_Q, A_P, A_ATTN = range(5)
+OPQ_DEPTH = 3          # operand beats queued per engine (see the operand fetch)
 B_W, B_K, B_V = range(3)
 D_Q, D_K, D_V, D_S, D_ATTN, D_OUT = range(6)
 RQ_NONE, RQ_Q, RQ_K, RQ_V, RQ_PV, RQ_O = range(6)
@@ -234,7 +235,12 @@ class AttentionCore(wiring.Component):
 
         # ------------------------------------------------------------ memories
         def mem(name, width, depth):
-            mm = Memory(shape=unsigned(width), depth=depth, init=[])
+            # no_rw_check: no buffer is read in the cycle its address is written (the input
+            # and output buffers are double, a job reads only what earlier jobs or completed
+            # rows wrote, weight writes are refused while busy), so synthesis need not
+            # emulate read-first collisions (sim/synth.py, declare_no_rw_collisions).
+            mm = Memory(shape=unsigned(width), depth=depth, init=[],
+                        attrs={"no_rw_check": 1})
             m.submodules[name] = mm
             return mm
 
@@ -348,19 +354,31 @@ class AttentionCore(wiring.Component):
         f_tm = Signal(range(max(SEQ, KV) + 1))
         f_tn = Signal(range(max(TN, TNk) + 1))
         f_kk = Signal(range(max(d, KV, dk) + 1))
-        # A five-stage pipeline that advances as one (``advance``): s0 holds the block RAM
+        # A four-stage pipeline that advances as one (``advance``): s0 holds the block RAM
         # addresses (registered: they fan out to about 40 read ports), s1 is the block RAM
         # read, sd its output registered as it is, sb the selected element of every source
-        # word, s2 the operands for the engines (the source the job reads, masked), which
-        # the fork hands to every engine.
+        # word. s2 is a queue of OPQ_DEPTH operand beats per engine (the source the job
+        # reads, masked), which the engine takes from at its own pace.
+        #
+        # ``advance`` reaches about 3,000 clock enables per engine, so it is a register, not
+        # a function of the engines' ready: it is computed a cycle ahead from the queues'
+        # fill levels without that cycle's pops (so a full queue may still take the beat in
+        # flight), hence three entries. An engine that takes a beat every cycle keeps its
+        # queue at one entry, and the fetch then runs at one beat per cycle.
         s0_valid = Signal()
         s1_valid = Signal()
         sd_valid = Signal()
         sb_valid = Signal()
-        s2_valid = Signal()
-        op_valids, op_adv = fork(m, "op", s2_valid, [eng.a.ready for eng in engines])
-        advance = Signal()
-        m.d.comb += advance.eq(op_adv)
+        advance = Signal(init=1)
+        push = Signal()
+        m.d.comb += push.eq(advance & sb_valid)
+        opq_valid = Signal(E)          # per engine: its queue is not empty
+        opq_count = [Signal(range(OPQ_DEPTH + 1), name=f"opq{e}_count") for e in range(E)]
+        opq_pop = Signal(E)
+        m.d.sync += advance.eq(Cat(*[c + push <= OPQ_DEPTH - 1 for c in opq_count]).all())
+        for e in range(E):
+            count_next = opq_count[e] + push - opq_pop[e]
+            m.d.sync += [opq_count[e].eq(count_next), opq_valid[e].eq(count_next != 0)]
 
         # First row and column of the tile being fetched (f_tm * R, f_tn * C) and the row
         # after it, kept as registers: a multiply by R feeding the compares below set the
@@ -424,7 +442,7 @@ class AttentionCore(wiring.Component):
         m.d.comb += f_go.eq(f_active & ((job_a != A_P) | p_ready))
         with m.If(advance):
             m.d.sync += [s0_valid.eq(f_go), s1_valid.eq(s0_valid), sd_valid.eq(s1_valid),
-                         sb_valid.eq(sd_valid), s2_valid.eq(sb_valid)]
+                         sb_valid.eq(sd_valid)]
             m.d.sync += [sd_a_lane.eq(s1_a_lane), sd_b_lane.eq(s1_b_lane),
                          sd_amask.eq(s1_amask), sd_bmask.eq(s1_bmask),
                          sd_attn_e.eq(s1_attn_e), sd_src_a.eq(s1_src_a),
@@ -500,6 +518,7 @@ class AttentionCore(wiring.Component):
         kv_sd = [stage_reg(f"sd_kv{r}", kv_rp[r].data) for r in range(R)] if kv_rp else None
         attn_sd = [[stage_reg(f"sd_attn{e}_{r}", attn_rp[e][r].data) for r in range(R)]
                    for e in range(E)]
+        opq_ptrs = []
         for e, eng in enumerate(engines):
             q_rp = [mm.read_port() for mm in q_mem[e]]
             p_rp = [mm.read_port() for mm in p_mem[e]]
@@ -513,6 +532,7 @@ class AttentionCore(wiring.Component):
             w_sd = stage_reg(f"sd_w{e}", w_rp.data)
             v_sd = stage_reg(f"sd_v{e}", v_rp.data)
 
+            a_beat, b_beat = [], []
             for r in range(R):
                 # sb: the element of each source word (lane multiplexers after the block
                 # RAM outputs); s2: the source the job reads, masked.
@@ -534,10 +554,7 @@ class AttentionCore(wiring.Component):
                     A_X: xb.as_signed(), A_KV: kvb.as_signed(), A_Q: qb.as_signed(),
                     A_P: pb,                     # unsigned probability
                     A_ATTN: ab.as_signed()})
-                s2_a = Signal(signed(a_width), name=f"s2_a{e}_{r}")
-                with m.If(advance):
-                    m.d.sync += s2_a.eq(Mux(sb_amask[r], val, 0))
-                m.d.comb += eng.a.payload[r].eq(s2_a)
+                a_beat.append(Mux(sb_amask[r], val, 0).as_signed())
             b_width = eng.b.payload.shape().elem_shape.width
             for c in range(C):
                 wb = stage_reg(f"sb_w{e}_{c}",
@@ -547,11 +564,31 @@ class AttentionCore(wiring.Component):
                 vb = stage_reg(f"sb_v{e}_{c}", v_sd[8 * c:8 * (c + 1)])
                 val = select(f"b{e}_{c}", signed(b_width), sb_src_b, {
                     B_W: wb.as_signed(), B_K: kb.as_signed(), B_V: vb.as_signed()})
-                s2_b = Signal(signed(b_width), name=f"s2_b{e}_{c}")
-                with m.If(advance):
-                    m.d.sync += s2_b.eq(Mux(sb_bmask[c], val, 0))
-                m.d.comb += eng.b.payload[c].eq(s2_b)
-            m.d.comb += [eng.a.valid.eq(op_valids[e]), eng.b.valid.eq(op_valids[e])]
+                b_beat.append(Mux(sb_bmask[c], val, 0).as_signed())
+
+            # s2: the engine's operand queue (registers; written in turn, read in turn).
+            beat_layout = data.StructLayout({
+                "a": data.ArrayLayout(signed(a_width), R),
+                "b": data.ArrayLayout(signed(b_width), C)})
+            entries = [Signal(beat_layout, name=f"s2_e{e}_{i}", reset_less=True)
+                       for i in range(OPQ_DEPTH)]
+            wr = Signal(range(OPQ_DEPTH), name=f"opq{e}_wr")
+            rd = Signal(range(OPQ_DEPTH), name=f"opq{e}_rd")
+            beat = Signal(beat_layout, name=f"s2_beat{e}")
+            m.d.comb += [beat.a[r].eq(a_beat[r]) for r in range(R)]
+            m.d.comb += [beat.b[c].eq(b_beat[c]) for c in range(C)]
+            with m.If(push):
+                m.d.sync += [Array(entries)[wr].eq(beat),
+                             wr.eq(Mux(wr == OPQ_DEPTH - 1, 0, wr + 1))]
+            with m.If(opq_pop[e]):
+                m.d.sync += rd.eq(Mux(rd == OPQ_DEPTH - 1, 0, rd + 1))
+            head = Array(entries)[rd]
+            m.d.comb += [
+                eng.a.valid.eq(opq_valid[e]), eng.b.valid.eq(opq_valid[e]),
+                eng.a.payload.eq(head.a), eng.b.payload.eq(head.b),
+                opq_pop[e].eq(opq_valid[e] & eng.a.ready),
+            ]
+            opq_ptrs.append((wr, rd))
 
         # ------------------------------------------------------------ bias fetch
         bf_active = Signal()
@@ -637,7 +674,14 @@ class AttentionCore(wiring.Component):
         ss1_row = Signal(lb)
         ss1_last = Signal()
         ss1_sel = Signal(range(max(2, C // L)))
-        sm_valids, s_adv = fork(m, "sm", ss1_valid, [sm.scores.ready for sm in softmaxes])
+        # ss2: the score words as read (a register straight after the block RAM, which ECP5
+        # synthesis moves into the block's output register), then the lane-group multiplexer
+        # into the softmax unit. ss1 and ss2 advance together.
+        ss2_valid = Signal()
+        ss2_row = Signal(lb)
+        ss2_last = Signal()
+        ss2_sel = Signal.like(ss1_sel)
+        sm_valids, s_adv = fork(m, "sm", ss2_valid, [sm.scores.ready for sm in softmaxes])
         # sf_b + 1 >= sf_nb (this beat ends its row) and sf_i + 1 >= seq (this row is the
         # last), kept as registers: they gate the feeder's enables.
         sf_last = Signal()
@@ -650,23 +694,27 @@ class AttentionCore(wiring.Component):
                 s_rps[e].addr.eq(sf_i * TNk + sf_word),
                 s_rps[e].en.eq(s_adv),
                 sm.scores.valid.eq(sm_valids[e]),
-                sm.scores.payload.row.eq(ss1_row),
-                sm.scores.payload.last.eq(ss1_last),
+                sm.scores.payload.row.eq(ss2_row),
+                sm.scores.payload.last.eq(ss2_last),
                 sm.exp_mult.eq(exp_mult), sm.exp_shift.eq(exp_shift),
                 sm.causal.eq(causal), sm.kv_len.eq(keylen),
             ]
-            with m.Switch(ss1_sel):
+            s_word = Signal.like(s_rps[e].data, name=f"ss2_word{e}", reset_less=True)
+            with m.If(s_adv):
+                m.d.sync += s_word.eq(s_rps[e].data)
+            with m.Switch(ss2_sel):
                 for g in range(C // L):
                     with m.Case(g):
                         for lane in range(L):
                             w = (g * L + lane) * SB
                             m.d.comb += sm.scores.payload.data[lane].eq(
-                                s_rps[e].data[w:w + SB].as_signed())
+                                s_word[w:w + SB].as_signed())
         # Feed a row only once every engine has written all of its scores.
         sf_go = Signal()
         m.d.comb += sf_go.eq(sf_active & Cat(*[sf_i < n for n in score_rows]).all())
         with m.If(s_adv):
-            m.d.sync += ss1_valid.eq(sf_go)
+            m.d.sync += [ss1_valid.eq(sf_go), ss2_valid.eq(ss1_valid), ss2_row.eq(ss1_row),
+                         ss2_last.eq(ss1_last), ss2_sel.eq(ss1_sel)]
             with m.If(sf_go):
                 m.d.sync += [ss1_row.eq(sf_i), ss1_last.eq(sf_last),
                              ss1_sel.eq(sf_lane_group), sf_b.eq(sf_b + 1),
@@ -855,7 +903,7 @@ class AttentionCore(wiring.Component):
         running = Signal()
         run_busy = Signal(32)
         run_stall = Signal(32)
-        with m.If(running & op_valids[0] & engines[0].a.ready):
+        with m.If(running & opq_pop[0]):
             m.d.sync += run_busy.eq(run_busy + 1)
         with m.If(running & f_active & (job_a == A_P) & ~p_ready):
             m.d.sync += run_stall.eq(run_stall + 1)
@@ -871,8 +919,7 @@ class AttentionCore(wiring.Component):
 
         job_idle = Signal()
         m.d.comb += job_idle.eq((res_done == (1 << E) - 1) & ~f_active & ~s0_valid
-                                & ~s1_valid & ~sd_valid & ~sb_valid
-                                & ~s2_valid
+                                & ~s1_valid & ~sd_valid & ~sb_valid & (opq_valid == 0)
                                 & ~bf_active & ~bs1_valid & (cmd_pending == 0))
         # Registered (one cycle later), so the sequencer's decisions start from a flip-flop;
         # job_go masks the one cycle in which it still shows the job just launched as done.
@@ -898,9 +945,12 @@ class AttentionCore(wiring.Component):
             with m.If(fault):
                 m.d.comb += run_error.eq(1)
                 m.d.sync += [running.eq(0), f_active.eq(0), s0_valid.eq(0), s1_valid.eq(0),
-                             sd_valid.eq(0), sb_valid.eq(0), s2_valid.eq(0), bf_active.eq(0),
+                             sd_valid.eq(0), sb_valid.eq(0), bf_active.eq(0),
                              bs1_valid.eq(0), sf_active.eq(0), ss1_valid.eq(0),
-                             cmd_pending.eq(0)]
+                             ss2_valid.eq(0),
+                             cmd_pending.eq(0), advance.eq(1), opq_valid.eq(0)]
+                m.d.sync += [c.eq(0) for c in opq_count]
+                m.d.sync += [p.eq(0) for ptrs in opq_ptrs for p in ptrs]
                 m.next = "IDLE"
 
         with m.FSM(name="seq") as seq_fsm:

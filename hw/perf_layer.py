@@ -48,6 +48,9 @@ JOB_OVERHEAD = FETCH_LATENCY + 2
 # sampled into the loader, which hands the loaded sequence to the sequencer (take) one cycle
 # after its last word, and the sequencer raises go the cycle after that.
 LOAD_OVERHEAD = 2
+# From the softmax feeder's score buffer read to the beat at the softmax unit's input: the
+# block RAM read and its data register (ss2).
+SCORE_FEED_LATENCY = 2
 # From the last job's completion to the final output word, beyond one word per 4 / P cycles:
 # the HANDOFF state starts the streamer, whose first buffer read is registered (os2) and then
 # offered.
@@ -134,11 +137,11 @@ def _pv_stall(cfg, seq, kv, scores_go, pv_go):
     beats = _cdiv(kv, cfg.softmax_lanes)
     rows_written = _score_row_times(cfg, seq, kv, scores_go + FETCH_LATENCY)
     # The feeder reads a row once its scores are written, one beat per cycle, rows back to
-    # back; the unit sees a beat one cycle after its read.
+    # back; the unit sees a beat SCORE_FEED_LATENCY cycles after its read.
     arrivals, free = [], -1 << 30
     for w in rows_written:
         first = max(free, w)
-        arrivals.append(first + 1)
+        arrivals.append(first + SCORE_FEED_LATENCY)
         free = first + beats
     p_done = _softmax_row_done(cfg, arrivals, beats)
     # P.V: row tiles of kv beats per column tile; a row tile's first beat waits until its
