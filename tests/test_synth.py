@@ -16,15 +16,19 @@ import types
 import warnings
 
 import pytest
+from amaranth import Elaboratable, Module, Signal
 from amaranth.back import rtlil
+from amaranth.lib.memory import Memory
 from amaranth.sim import Simulator
 
 from golden import load_config
 from hw.attention_top import AttentionTop
 from hw.synth_wrapper import CHANNELS, RegisterSlice, SynthWrapper
 from hw.verilog import REPO_ROOT
-from sim.synth import (DEVICES, count_cells, fit_problems, promote_control_nets, resources,
+from sim.synth import (DEVICES, absorb_bram_output_registers, count_cells,
+                       declare_no_rw_collisions, fit_problems, promote_control_nets, resources,
                        summarize_critical_path)
+from sim.yowasp import run_yosys
 from tests.axil_spec import ID, SEQ_LEN
 from tests.test_axi_lite_unit import AxilMaster
 
@@ -202,6 +206,83 @@ def test_high_fanout_control_nets_get_a_global_buffer():
     assert mod["cells"]["lut"]["connections"]["A"] == [5]          # LUT input stays in fabric
     assert mod["netnames"]["$glb$rst_any"]["bits"] == [new]
     assert promote_control_nets(path, min_sinks=2) == []            # no buffer behind a buffer
+
+
+class _BufferPair(Elaboratable):
+    """Two 64 x 512 buffers read into registers: ``checked`` as Amaranth emits it (read-first
+    on collisions), ``free`` with ``no_rw_check``; ``free``'s register has a clock enable,
+    and a third buffer's read data also feeds logic (its register must stay in the fabric)."""
+
+    def __init__(self):
+        self.wa, self.ra = Signal(9, name="wa"), Signal(9, name="ra")
+        self.wd, self.we, self.re = Signal(64, name="wd"), Signal(name="we"), Signal(name="re")
+        # Data registers without reset, as in the core (a reset would keep them in the fabric).
+        self.q_checked, self.q_free, self.q_logic = (Signal(64, name=n, reset_less=True)
+                                                     for n in ("q_checked", "q_free", "q_logic"))
+
+    def elaborate(self, platform):
+        m = Module()
+        for name, attrs, q in (("checked", {}, self.q_checked),
+                               ("free", {"no_rw_check": 1}, self.q_free),
+                               ("logic", {"no_rw_check": 1}, self.q_logic)):
+            m.submodules[name] = mem = Memory(shape=64, depth=512, init=[], attrs=attrs)
+            w, r = mem.write_port(), mem.read_port()
+            m.d.comb += [w.addr.eq(self.wa), w.data.eq(self.wd), w.en.eq(self.we),
+                         r.addr.eq(self.ra), r.en.eq(self.re)]
+            if name == "logic":
+                m.d.sync += q.eq(r.data ^ self.wd)
+            elif name == "free":
+                with m.If(self.re):
+                    m.d.sync += q.eq(r.data)
+            else:
+                m.d.sync += q.eq(r.data)
+        return m
+
+    def ports(self):
+        return [self.wa, self.ra, self.wd, self.we, self.re,
+                self.q_checked, self.q_free, self.q_logic]
+
+
+def test_block_ram_reads_without_collision_emulation_and_with_output_registers():
+    dut = _BufferPair()
+    il, changed = declare_no_rw_collisions(rtlil.convert(dut, name="top", ports=dut.ports()))
+    assert changed == 2                          # "free" and "logic", not "checked"
+    masks = [line.split()[-1] for line in il.splitlines() if "COLLISION_X_MASK" in line]
+    assert sorted(masks) == ["1'0", "1'1", "1'1"]
+
+    work = OUT / "bram"
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "top.il").write_text(il)
+    run_yosys(work, "read_rtlil top.il; synth_ecp5 -top top; write_json netlist.json",
+              "the buffer pair")
+    netlist = work / "netlist.json"
+    before = json.loads(netlist.read_text())["modules"]["top"]["cells"]
+    # Read-first emulation: a multiplexer LUT on every read data bit of "checked" only.
+    assert sum(c["type"] == "LUT4" for c in before.values()) >= 64
+    ffs_before = sum(c["type"] == "TRELLIS_FF" for c in before.values())
+
+    assert absorb_bram_output_registers(netlist, top="top") == {"brams": 2, "ffs": 64}
+    mod = json.loads(netlist.read_text())["modules"]["top"]
+    cells = mod["cells"]
+    assert sum(c["type"] == "TRELLIS_FF" for c in cells.values()) == ffs_before - 64
+    q_free = set(mod["ports"]["q_free"]["bits"])
+    q_checked = set(mod["ports"]["q_checked"]["bits"])
+    re_bit = mod["ports"]["re"]["bits"][0]
+    driven = {}
+    for c in cells.values():
+        for port, bits in c["connections"].items():
+            if c["port_directions"].get(port) == "output":
+                driven.update((b, (c["type"], c["parameters"])) for b in bits)
+    # "free": its register is now the block RAM's output register, enabled by re.
+    for b in q_free:
+        kind, params = driven[b]
+        assert kind == "DP16KD" and params["REGMODE_B"] == "OUTREG"
+    outreg = [c for c in cells.values() if c["type"] == "DP16KD"
+              and c["parameters"].get("REGMODE_B") == "OUTREG"]
+    assert outreg and all(c["connections"]["OCEB"] == [re_bit] for c in outreg)
+    # "checked" (a LUT between block and register) and "logic" keep fabric registers.
+    assert all(driven[b][0] == "TRELLIS_FF" for b in q_checked)
+    assert absorb_bram_output_registers(netlist, top="top") == {"brams": 0, "ffs": 0}
 
 
 # --- command line ---------------------------------------------------------------------------
