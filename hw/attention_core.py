@@ -755,15 +755,21 @@ class AttentionCore(wiring.Component):
         x_wp = [mm.write_port() for mm in x_mem]
         kv_wp = [mm.write_port() for mm in kv_mem] if cfg.cross_attention else None
         ld_beat = self.x_in.valid & self.x_in.ready
-        ld_final = (ld_w + 1 == D4) & (ld_i + 1 == ld_rows)
-        ld_t, ld_r = divmod_const(ld_i, R)
+        # The word's position is kept in registers (last word of the row, last row, row
+        # within its tile, buffer address (row // R) * D4 + word, the tile's base address),
+        # so the per-word decisions and the write address need no adder or multiply.
+        ld_w_last = Signal()
+        ld_i_last = Signal()
+        ld_r = Signal(range(R))
+        ld_addr = Signal(max(x_aw, kv_aw, 1))
+        ld_base = Signal.like(ld_addr)
+        ld_final = ld_w_last & ld_i_last
         for r in range(R):
-            m.d.comb += [x_wp[r].addr.eq(Cat((ld_t * D4 + ld_w)[:x_aw], ld_set["bank"])),
+            m.d.comb += [x_wp[r].addr.eq(Cat(ld_addr[:x_aw], ld_set["bank"])),
                          x_wp[r].data.eq(self.x_in.payload.data),
                          x_wp[r].en.eq(ld_beat & ~ld_kv & (ld_r == r))]
             if kv_wp:
-                m.d.comb += [kv_wp[r].addr.eq(Cat((ld_t * D4 + ld_w)[:kv_aw],
-                                                  ld_set["bank"])),
+                m.d.comb += [kv_wp[r].addr.eq(Cat(ld_addr[:kv_aw], ld_set["bank"])),
                              kv_wp[r].data.eq(self.x_in.payload.data),
                              kv_wp[r].en.eq(ld_beat & ld_kv & (ld_r == r))]
 
@@ -780,6 +786,8 @@ class AttentionCore(wiring.Component):
                     ld_set["exp_mult"].eq(self.exp_mult), ld_set["exp_shift"].eq(self.exp_shift),
                     ld_set["t0"].eq(now), ld_set["bank"].eq(ld_bank),
                     ld_i.eq(0), ld_w.eq(0), ld_rows.eq(self.seq_len), ld_kv.eq(0),
+                    ld_w_last.eq(D4 == 1), ld_i_last.eq(self.seq_len == 1),
+                    ld_r.eq(0), ld_addr.eq(0), ld_base.eq(0),
                 ]
                 for n in ("q", "k", "v", "pv", "o"):
                     for f in ("mult", "shift"):
@@ -796,9 +804,15 @@ class AttentionCore(wiring.Component):
             with m.State("LOAD"):
                 m.d.comb += self.x_in.ready.eq(1)
                 with m.If(ld_beat):
-                    m.d.sync += ld_w.eq(ld_w + 1)
-                    with m.If(ld_w + 1 == D4):
-                        m.d.sync += [ld_w.eq(0), ld_i.eq(ld_i + 1)]
+                    m.d.sync += [ld_w.eq(ld_w + 1), ld_w_last.eq(ld_w + 2 == D4),
+                                 ld_addr.eq(ld_addr + 1)]
+                    with m.If(ld_w_last):
+                        m.d.sync += [ld_w.eq(0), ld_i.eq(ld_i + 1), ld_w_last.eq(D4 == 1),
+                                     ld_i_last.eq(ld_i + 2 == ld_rows),
+                                     ld_r.eq(Mux(ld_r == R - 1, 0, ld_r + 1)),
+                                     ld_addr.eq(ld_base)]
+                        with m.If(ld_r == R - 1):
+                            m.d.sync += [ld_base.eq(ld_base + D4), ld_addr.eq(ld_base + D4)]
                     with m.If(self.x_in.payload.last & ~ld_final):
                         load_error("STREAM_SHORT")
                         m.next = "IDLE"
@@ -807,7 +821,9 @@ class AttentionCore(wiring.Component):
                         m.next = "DRAIN"
                     with m.Elif(ld_final & ld_set["cross"] & ~ld_kv):
                         m.d.sync += [ld_kv.eq(1), ld_i.eq(0), ld_w.eq(0),
-                                     ld_rows.eq(ld_set["kvrows"])]
+                                     ld_rows.eq(ld_set["kvrows"]), ld_w_last.eq(D4 == 1),
+                                     ld_i_last.eq(ld_set["kvrows"] == 1),
+                                     ld_r.eq(0), ld_addr.eq(0), ld_base.eq(0)]
                     with m.Elif(ld_final):
                         m.next = "WAIT"
             with m.State("DRAIN"):
