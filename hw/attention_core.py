@@ -638,31 +638,48 @@ class AttentionCore(wiring.Component):
             sw = s_mem[e].write_port()
             aw = [mm.write_port() for mm in a_mem[e]]
             ow = o_mem[e].write_port()
+            # The writes happen a cycle after the result beat, from registers (addresses,
+            # enables, data): the address arithmetic gets a cycle of its own instead of
+            # sharing one with the block RAMs' address setup. The counters that let readers
+            # in (res_done, score_rows) move with the writes.
+            def wreg(name, value):
+                reg = Signal.like(value, name=f"wr{e}_{name}", reset_less=True)
+                m.d.sync += reg.eq(value)
+                return reg
+            w_qa = wreg("qa", (i_r * G + job_lh) * TN + tn)          # q and attn buffers
+            w_ka = wreg("ka", (i_c * G + job_lh) * TN + tn)
+            w_va = wreg("va", (i * G + job_lh) * TN + tn)            # v and output buffers
+            w_sa = wreg("sa", i * TNk + tn)
+            w_bytes, w_scores = wreg("bytes", bytes_), wreg("scores", scores)
+            w_en = {}
+            for dst in (D_Q, D_K, D_V, D_S, D_ATTN, D_OUT):
+                w_en[dst] = Signal(name=f"wr{e}_en{dst}")
+                m.d.sync += w_en[dst].eq(we & (job_dst == dst))
+            w_rr, w_cc = wreg("rr", i_rr), wreg("cc", i_cc)
             for r in range(R):
-                m.d.comb += [qw[r].addr.eq((i_r * G + job_lh) * TN + tn),
-                             qw[r].data.eq(bytes_),
-                             qw[r].en.eq(we & (job_dst == D_Q) & (i_rr == r)),
-                             aw[r].addr.eq((i_r * G + job_lh) * TN + tn),
-                             aw[r].data.eq(bytes_),
-                             aw[r].en.eq(we & (job_dst == D_ATTN) & (i_rr == r))]
+                m.d.comb += [qw[r].addr.eq(w_qa), qw[r].data.eq(w_bytes),
+                             qw[r].en.eq(w_en[D_Q] & (w_rr == r)),
+                             aw[r].addr.eq(w_qa), aw[r].data.eq(w_bytes),
+                             aw[r].en.eq(w_en[D_ATTN] & (w_rr == r))]
             for c in range(C):
-                m.d.comb += [kw[c].addr.eq((i_c * G + job_lh) * TN + tn),
-                             kw[c].data.eq(bytes_),
-                             kw[c].en.eq(we & (job_dst == D_K) & (i_cc == c))]
+                m.d.comb += [kw[c].addr.eq(w_ka), kw[c].data.eq(w_bytes),
+                             kw[c].en.eq(w_en[D_K] & (w_cc == c))]
             m.d.comb += [
-                vw.addr.eq((i * G + job_lh) * TN + tn), vw.data.eq(bytes_),
-                vw.en.eq(we & (job_dst == D_V)),
-                sw.addr.eq(i * TNk + tn), sw.data.eq(scores),
-                sw.en.eq(we & (job_dst == D_S)),
-                ow.addr.eq(Cat(((i * G + job_lh) * TN + tn)[:o_aw], o_bank)),
-                ow.data.eq(bytes_),
-                ow.en.eq(we & (job_dst == D_OUT)),
+                vw.addr.eq(w_va), vw.data.eq(w_bytes), vw.en.eq(w_en[D_V]),
+                sw.addr.eq(w_sa), sw.data.eq(w_scores), sw.en.eq(w_en[D_S]),
+                ow.addr.eq(Cat(w_va[:o_aw], o_bank)), ow.data.eq(w_bytes),
+                ow.en.eq(w_en[D_OUT]),
             ]
-            with m.If(res.valid & res.payload.last):
-                m.d.sync += res_done[e].eq(1)
+            w_last = Signal(name=f"wr{e}_last")
+            w_score_row = Signal(name=f"wr{e}_score_row")
             # Scores arrive tile by tile (row tiles outer): a row is complete with its beat of
             # the last column tile. The softmax feeder follows this count.
-            with m.If(res.valid & (job_dst == D_S) & (res.payload.col + C >= job_n)):
+            m.d.sync += [w_last.eq(res.valid & res.payload.last),
+                         w_score_row.eq(res.valid & (job_dst == D_S)
+                                        & (res.payload.col + C >= job_n))]
+            with m.If(w_last):
+                m.d.sync += res_done[e].eq(1)
+            with m.If(w_score_row):
                 m.d.sync += score_rows[e].eq(score_rows[e] + 1)
 
         # ------------------------------------------------------------ softmax feed
