@@ -432,9 +432,11 @@ class AttentionCore(wiring.Component):
         sb_amask, sb_bmask = Signal(R), Signal(C)
         sb_src_a, sb_src_b = Signal(3), Signal(2)
 
-        last_kk = f_kk + 1 >= job_k
-        last_tn = col0 + C >= job_n
-        last_tm = row_end >= job_m
+        # Last beat of the tile, last column tile, last row tile: registers, updated with the
+        # counters (their compares would otherwise sit between the counters and f_active).
+        last_kk = Signal()
+        last_tn = Signal()
+        last_tm = Signal()
         # P.V starts while the softmax unit is still working: a row tile of P is fetched only
         # once every engine has written all of its rows (prob_rows counts rows in order).
         p_ready = Cat(*[(row_end <= n) | (n >= job_m) for n in prob_rows]).all()
@@ -461,17 +463,20 @@ class AttentionCore(wiring.Component):
                     s0_bmask.eq(Cat(*[col0 + c < job_n for c in range(C)])),
                     s0_attn_e.eq(h_ae), s0_src_a.eq(job_a), s0_src_b.eq(job_b),
                 ]
-                m.d.sync += f_kk.eq(f_kk + 1)
+                m.d.sync += [f_kk.eq(f_kk + 1), last_kk.eq(f_kk + 2 >= job_k)]
                 with m.If(last_kk):
-                    m.d.sync += [f_kk.eq(0), f_tn.eq(f_tn + 1), col0.eq(col0 + C)]
+                    m.d.sync += [f_kk.eq(0), f_tn.eq(f_tn + 1), col0.eq(col0 + C),
+                                 last_kk.eq(job_k <= 1), last_tn.eq(col0 + 2 * C >= job_n)]
                     with m.If(last_tn):
                         m.d.sync += [f_tn.eq(0), col0.eq(0), f_tm.eq(f_tm + 1),
-                                     row0.eq(row_end), row_end.eq(row_end + R)]
+                                     row0.eq(row_end), row_end.eq(row_end + R),
+                                     last_tn.eq(C >= job_n), last_tm.eq(row_end + R >= job_m)]
                         with m.If(last_tm):
                             m.d.sync += f_active.eq(0)
         with m.If(job_go):
             m.d.sync += [f_active.eq(1), f_tm.eq(0), f_tn.eq(0), f_kk.eq(0),
-                         row0.eq(0), row_end.eq(R), col0.eq(0)]
+                         row0.eq(0), row_end.eq(R), col0.eq(0),
+                         last_kk.eq(job_k <= 1), last_tn.eq(C >= job_n), last_tm.eq(R >= job_m)]
 
         def select(name, shape, sel, choices):
             """A signal equal to ``choices[sel]`` (a dict from selector codes to values)."""

@@ -237,8 +237,11 @@ class MatmulEngine(wiring.Component):
         gap_ok = ~is_last | spaced
         feeding = busy & gap_ok
         issue = feeding & self.a.valid & self.b.valid
-        row_end = cols_left <= C
-        cmd_end = row_end & (rows_left <= R)
+        # cols_left <= C and rows_left <= R, kept as registers next to the counters: the
+        # compares would otherwise sit in the path from the handshake to the enables.
+        row_end = Signal(init=1)
+        rows_end = Signal(init=1)
+        cmd_end = row_end & rows_end
         finishing = issue & is_last & cmd_end
         cmd_take = self.cmd.valid & self.cmd.ready
 
@@ -283,9 +286,11 @@ class MatmulEngine(wiring.Component):
                     ]
                     with m.If(row_end):
                         m.d.sync += [cur_col0.eq(0), cols_left.eq(cur_n),
-                                     cur_row0.eq(cur_row0 + R), rows_left.eq(rows_left - R)]
+                                     cur_row0.eq(cur_row0 + R), rows_left.eq(rows_left - R),
+                                     row_end.eq(cur_n <= C), rows_end.eq(rows_left <= 2 * R)]
                     with m.Else():
-                        m.d.sync += [cur_col0.eq(cur_col0 + C), cols_left.eq(cols_left - C)]
+                        m.d.sync += [cur_col0.eq(cur_col0 + C), cols_left.eq(cols_left - C),
+                                     row_end.eq(cols_left <= 2 * C)]
                     with m.If(cmd_end):
                         m.d.sync += busy.eq(0)
             with m.If(cmd_take):
@@ -302,6 +307,8 @@ class MatmulEngine(wiring.Component):
                     cur_col0.eq(0),
                     rows_left.eq(cmd.m),
                     cols_left.eq(cmd.n),
+                    row_end.eq(cmd.n <= C),
+                    rows_end.eq(cmd.m <= R),
                     cur_n.eq(cmd.n),
                     cur_bias_en.eq(cmd.bias_en),
                     cur_requant_en.eq(cmd.requant_en),
