@@ -624,6 +624,7 @@ class AttentionCore(wiring.Component):
 
         # ------------------------------------------------------------ result writers
         res_done = Signal(E)
+        w_score_rows = []           # per engine: a score row is counted this cycle
         with m.If(job_go):
             m.d.sync += res_done.eq(0)
         for e, eng in enumerate(engines):
@@ -686,6 +687,7 @@ class AttentionCore(wiring.Component):
                 m.d.sync += res_done[e].eq(1)
             with m.If(w_score_row):
                 m.d.sync += score_rows[e].eq(score_rows[e] + 1)
+            w_score_rows.append(w_score_row)
 
         # ------------------------------------------------------------ softmax feed
         sf_active = Signal()
@@ -733,7 +735,16 @@ class AttentionCore(wiring.Component):
                                 s_word[w:w + SB].as_signed())
         # Feed a row only once every engine has written all of its scores.
         sf_go = Signal()
-        m.d.comb += sf_go.eq(sf_active & Cat(*[sf_i < n for n in score_rows]).all())
+        # sf_i < score_rows[e] for every engine, as a register that follows both counters
+        # exactly (the compares feed it, not the feeder's enables).
+        sf_rows_ok = Signal()
+        sf_row_adv = Signal()
+        rows_next = [Mux(w, n + 1, n) for w, n in zip(w_score_rows, score_rows)]
+        m.d.sync += sf_rows_ok.eq(Mux(sf_row_adv,
+                                      Cat(*[sf_i + 1 < n for n in rows_next]).all(),
+                                      Cat(*[sf_i < n for n in rows_next]).all()))
+        m.d.comb += [sf_go.eq(sf_active & sf_rows_ok),
+                     sf_row_adv.eq(s_adv & sf_go & sf_last)]
         with m.If(s_adv):
             m.d.sync += [ss1_valid.eq(sf_go), ss2_valid.eq(ss1_valid), ss2_row.eq(ss1_row),
                          ss2_last.eq(ss1_last), ss2_sel.eq(ss1_sel)]
@@ -978,6 +989,7 @@ class AttentionCore(wiring.Component):
                          sf_nb.eq((kvrows + L - 1) // L), sf_last.eq(kvrows <= L),
                          sf_row_last.eq(seq <= 1)]
             m.d.sync += [n.eq(0) for n in prob_rows + score_rows]
+            m.d.sync += sf_rows_ok.eq(0)
 
         def abandon_on_fault():
             with m.If(fault):
