@@ -439,9 +439,12 @@ class AttentionCore(wiring.Component):
         last_tm = Signal()
         # P.V starts while the softmax unit is still working: a row tile of P is fetched only
         # once every engine has written all of its rows (prob_rows counts rows in order).
-        p_ready = Cat(*[(row_end <= n) | (n >= job_m) for n in prob_rows]).all()
+        # (A register that follows row_end and prob_rows exactly; computed after the P writer.)
+        p_ready = Signal()
+        f_row_adv = Signal()        # the fetch moves on to the next row tile
         f_go = Signal()
-        m.d.comb += f_go.eq(f_active & ((job_a != A_P) | p_ready))
+        m.d.comb += [f_go.eq(f_active & ((job_a != A_P) | p_ready)),
+                     f_row_adv.eq(advance & f_go & last_kk & last_tn)]
         with m.If(advance):
             m.d.sync += [s0_valid.eq(f_go), s1_valid.eq(s0_valid), sd_valid.eq(s1_valid),
                          sb_valid.eq(sd_valid)]
@@ -759,6 +762,7 @@ class AttentionCore(wiring.Component):
                         m.d.sync += sf_active.eq(0)
 
         # Softmax results into P.
+        prob_incs = []
         for e, sm in enumerate(softmaxes):
             pr = sm.probs
             m.d.comb += pr.ready.eq(1)
@@ -773,6 +777,14 @@ class AttentionCore(wiring.Component):
                 m.d.sync += pw_b.eq(Mux(pr.payload.last, 0, pw_b + 1))
                 with m.If(pr.payload.last):
                     m.d.sync += prob_rows[e].eq(prob_rows[e] + 1)
+            prob_incs.append(pr.valid & pr.payload.last)
+        # p_ready: the P.V fetch may start the row tile ending at row_end (every engine has
+        # written those rows of P). Computed from the next values of row_end and prob_rows,
+        # so the register equals the compare in every cycle of a P.V job.
+        row_end_next = Mux(job_go, R, Mux(f_row_adv, row_end + R, row_end))
+        prob_next = [n + inc for n, inc in zip(prob_rows, prob_incs)]
+        m.d.sync += p_ready.eq(Cat(*[(row_end_next <= n) | (n >= job_m)
+                                     for n in prob_next]).all())
 
         # ------------------------------------------------------------ input loader
         # IDLE/DRAIN accept START; LOAD writes the stream into buffer ld_set["bank"]; WAIT
