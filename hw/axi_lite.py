@@ -292,14 +292,26 @@ class AxiLiteRegs(wiring.Component):
         causal_new = written(ctrl, ctrl.field("CAUSAL"))
         cross_new = written(ctrl, ctrl.field("CROSS"))
         seq_len, kv_len, key_len = self.seq_len, self.kv_len, self.key_len
-        bad_seq = (seq_len == 0) | (seq_len > cfg.max_seq_len)
+
+        def settled(name, value):
+            """``value`` (of the length and shift registers) as a register. It lags them by
+            a cycle, and a register write is at least two cycles after the previous one
+            (``write`` waits for the B handshake), so START always sees it up to date; the
+            compares then stay out of the path from the write strobe to ``start``."""
+            reg = Signal(name=f"chk_{name}")
+            m.d.sync += reg.eq(value)
+            return reg
+
+        bad_seq_both = settled("bad_seq", (seq_len == 0) | (seq_len > cfg.max_seq_len))
+        bad_seq = bad_seq_both
         if cfg.max_kv_len < cfg.max_seq_len:
             # Self-attention's keys are its queries: they must fit the key buffers too.
-            bad_seq = bad_seq | (~cross_new & (seq_len > cfg.max_kv_len))
-        bad_kv = cross_new & ((kv_len == 0) | (kv_len > cfg.max_kv_len))
-        key_rows = Mux(cross_new, kv_len, seq_len)
+            bad_seq = bad_seq | (~cross_new & settled("seq_gt_kv", seq_len > cfg.max_kv_len))
+        bad_kv = cross_new & settled("bad_kv", (kv_len == 0) | (kv_len > cfg.max_kv_len))
         # A key count is only judged against a valid row count.
-        bad_key = ~Mux(cross_new, bad_kv, bad_seq) & (key_len > key_rows)
+        bad_key = ~Mux(cross_new, bad_kv, bad_seq) & Mux(
+            cross_new, settled("key_gt_kv", key_len > kv_len),
+            settled("key_gt_seq", key_len > seq_len))
         check = Signal(n_causes)
         m.d.comb += [
             check[_CAUSE["BAD_SEQ_LEN"]].eq(bad_seq),
@@ -308,9 +320,9 @@ class AxiLiteRegs(wiring.Component):
             check[_CAUSE["NO_WEIGHTS"]].eq(~self.weights_valid),
             check[_CAUSE["BAD_CROSS"]].eq(cross_new & (not cfg.cross_attention)),
             check[_CAUSE["BAD_CAUSAL"]].eq(causal_new & (not cfg.causal_mask)),
-            check[_CAUSE["BAD_SHIFT"]].eq(Cat(*[
+            check[_CAUSE["BAD_SHIFT"]].eq(settled("bad_shift", Cat(*[
                 (getattr(self, f.port) == 0) | (getattr(self, f.port) > 62)
-                for _, f in rmap.fields_with_port() if f.port.endswith("_shift")]).any()),
+                for _, f in rmap.fields_with_port() if f.port.endswith("_shift")]).any())),
         ]
         m.d.sync += self.start.eq(0)
         with m.If(start_req):
