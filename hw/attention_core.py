@@ -36,7 +36,8 @@ wwin_en, wwin_addr, wwin_data, wwin_strb : In
 busy, done, error, error_cause, cycles, busy_cycles : Out
     Status: ``done``/``error`` are one-cycle strobes; ``error_cause`` is valid with ``error``.
 
-Latency and throughput are described by :func:`hw.perf.layer_cycles`.
+Latency and throughput: :func:`hw.perf_layer.layer_timing`, a cycle model that the unit tests
+hold equal to ``cycles`` and ``stall_cycles`` exactly.
 """
 
 from __future__ import annotations
