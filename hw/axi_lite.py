@@ -112,6 +112,7 @@ class AxiLiteRegs(wiring.Component):
         ``Out(1)``, ``Out(regmap.window_addr_bits)``, ``Out(32)``, ``Out(4)``: the
         weight-window write port, a one-cycle write of ``wwin_data`` (bytes enabled by
         ``wwin_strb``) to word ``wwin_addr`` of the window (regions in ``regmap.regions``).
+        Address, data and strobes are valid only in a cycle with ``wwin_en``.
 
     Latency and throughput (cycle n: the cycle whose clock edge completes a handshake; for
     writes the later of the AW and W handshakes)
@@ -272,15 +273,20 @@ class AxiLiteRegs(wiring.Component):
                     with m.If(hit[reg.name]):
                         m.d.sync += target.eq(written(reg, f))
 
-        # Weight window: registered write port, one cycle per accepted write.
+        # Weight window: registered write port, one cycle per accepted write. The address,
+        # data and strobes follow the held write every cycle, with no clock enable: they are
+        # only read with ``wwin_en``, and the held write stays put until the cycle after it
+        # executes. This keeps the write decode (``write``, the window hit, ``running``) off
+        # the enables of 45 flip-flops that sit by the weight buffers, far from this block.
+        m.d.sync += [self.wwin_addr.eq(win_word), self.wwin_data.eq(w_data),
+                     self.wwin_strb.eq(w_strb)]
         m.d.sync += self.wwin_en.eq(0)
         with m.If(write & in_window):
             with m.If(running):
                 m.d.comb += write_while_busy.eq(1)
             with m.Else():
                 m.d.comb += weights_dirty.eq(1)
-                m.d.sync += [self.wwin_en.eq(1), self.wwin_addr.eq(win_word),
-                             self.wwin_data.eq(w_data), self.wwin_strb.eq(w_strb)]
+                m.d.sync += self.wwin_en.eq(1)
 
         def ones_written(f):
             """Field ``f`` of the strobed write data: the bits a W1C write clears."""
