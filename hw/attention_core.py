@@ -326,6 +326,8 @@ class AttentionCore(wiring.Component):
         # Rows of scores written, and rows of P written, per engine (phase overlap).
         score_rows = [Signal(range(SEQ + 1), name=f"score_rows{e}") for e in range(E)]
         prob_rows = [Signal(range(SEQ + 1), name=f"prob_rows{e}") for e in range(E)]
+        # prob_rows + 1, a register kept with it (p_ready compares both, see the P writer).
+        prob_rows1 = [Signal(range(SEQ + 2), init=1, name=f"prob_rows1_{e}") for e in range(E)]
 
         # ------------------------------------------------------------ command issue
         cmd_pending = Signal(E)
@@ -386,6 +388,7 @@ class AttentionCore(wiring.Component):
         # clock (Yosys put it in a DSP block, 18 ns on ECP5).
         row0 = Signal(range(max(SEQ, KV) + R + 1))
         row_end = Signal(range(max(SEQ, KV) + 2 * R + 1), init=R)     # row0 + R
+        row_end2 = Signal(range(max(SEQ, KV) + 3 * R + 1), init=2 * R)  # row_end + R
         col0 = Signal(range((max(TN, TNk) + 1) * C + 1))
         # A-side address and lane select per source.
         kk = f_kk
@@ -473,13 +476,14 @@ class AttentionCore(wiring.Component):
                                  last_kk.eq(job_k <= 1), last_tn.eq(col0 + 2 * C >= job_n)]
                     with m.If(last_tn):
                         m.d.sync += [f_tn.eq(0), col0.eq(0), f_tm.eq(f_tm + 1),
-                                     row0.eq(row_end), row_end.eq(row_end + R),
-                                     last_tn.eq(C >= job_n), last_tm.eq(row_end + R >= job_m)]
+                                     row0.eq(row_end), row_end.eq(row_end2),
+                                     row_end2.eq(row_end2 + R),
+                                     last_tn.eq(C >= job_n), last_tm.eq(row_end2 >= job_m)]
                         with m.If(last_tm):
                             m.d.sync += f_active.eq(0)
         with m.If(job_go):
             m.d.sync += [f_active.eq(1), f_tm.eq(0), f_tn.eq(0), f_kk.eq(0),
-                         row0.eq(0), row_end.eq(R), col0.eq(0),
+                         row0.eq(0), row_end.eq(R), row_end2.eq(2 * R), col0.eq(0),
                          last_kk.eq(job_k <= 1), last_tn.eq(C >= job_n), last_tm.eq(R >= job_m)]
 
         def select(name, shape, sel, choices):
@@ -777,15 +781,24 @@ class AttentionCore(wiring.Component):
             with m.If(pr.valid):
                 m.d.sync += pw_b.eq(Mux(pr.payload.last, 0, pw_b + 1))
                 with m.If(pr.payload.last):
-                    m.d.sync += prob_rows[e].eq(prob_rows[e] + 1)
+                    m.d.sync += [prob_rows[e].eq(prob_rows1[e]),
+                                 prob_rows1[e].eq(prob_rows1[e] + 1)]
             prob_incs.append(pr.valid & pr.payload.last)
         # p_ready: the P.V fetch may start the row tile ending at row_end (every engine has
         # written those rows of P). Computed from the next values of row_end and prob_rows,
-        # so the register equals the compare in every cycle of a P.V job.
-        row_end_next = Mux(job_go, R, Mux(f_row_adv, row_end + R, row_end))
-        prob_next = [n + inc for n, inc in zip(prob_rows, prob_incs)]
-        m.d.sync += p_ready.eq(Cat(*[(row_end_next <= n) | (n >= job_m)
-                                     for n in prob_next]).all())
+        # so the register equals the compare in every cycle of a P.V job. Each choice of the
+        # next values is compared from registers (row_end2 = row_end + R, prob_rows1 =
+        # prob_rows + 1); the handshakes that pick the next values only select a result.
+        def rows_written(row_end_next, n):
+            return (row_end_next <= n) | (n >= job_m)
+
+        def engine_ready(n):
+            return Mux(job_go, rows_written(R, n),
+                       Mux(f_row_adv, rows_written(row_end2, n), rows_written(row_end, n)))
+
+        m.d.sync += p_ready.eq(Cat(*[
+            Mux(inc, engine_ready(n1), engine_ready(n))
+            for n, n1, inc in zip(prob_rows, prob_rows1, prob_incs)]).all())
 
         # ------------------------------------------------------------ input loader
         # IDLE/DRAIN accept START; LOAD writes the stream into buffer ld_set["bank"]; WAIT
@@ -1002,6 +1015,7 @@ class AttentionCore(wiring.Component):
                          sf_nb.eq((kvrows + L - 1) // L), sf_last.eq(kvrows <= L),
                          sf_row_last.eq(seq <= 1)]
             m.d.sync += [n.eq(0) for n in prob_rows + score_rows]
+            m.d.sync += [n.eq(1) for n in prob_rows1]
             m.d.sync += sf_rows_ok.eq(0)
 
         def abandon_on_fault():
