@@ -219,8 +219,29 @@ class AxiLiteRegs(wiring.Component):
             bus.awready.eq(~aw_full), bus.wready.eq(~w_full),
             bus.bvalid.eq(bvalid), bus.bresp.eq(bresp),
         ]
+        # The address is decoded as it is accepted, into flags held next to it: the write
+        # strobe then meets one flag per register rather than an address compare.
+        def guarded(reg, guards):
+            return any(f.access is Access.RW and not f.const and f.guard in guards
+                       for f in reg.fields)
+
+        aw_word = bus.awaddr[2:]
+        aw_hit = {reg.name: Signal(name=f"aw_hit_{reg.name.lower()}") for reg in rmap}
+        in_window = Signal()    # the held write is to the used part of the weight window
+        mapped = Signal()       # ... to a register or the window (else SLVERR)
+        dirties = Signal()      # ... to the window or a layer parameter (clears WEIGHTS_VALID)
+        run_only = Signal()     # ... to the window or a register that is dropped while busy
         with m.If(bus.awvalid & ~aw_full):
-            m.d.sync += [aw_full.eq(1), aw_addr.eq(bus.awaddr)]
+            win = bus.awaddr[aw - 1] & (bus.awaddr[2:aw - 1] < rmap.window_words)
+            word_hit = {reg.name: aw_word == reg.offset >> 2 for reg in rmap}
+            m.d.sync += [aw_full.eq(1), aw_addr.eq(bus.awaddr), in_window.eq(win),
+                         mapped.eq(win | Cat(*word_hit.values()).any()),
+                         dirties.eq(win | Cat(*[word_hit[reg.name] for reg in rmap
+                                                if guarded(reg, (Guard.LAYER,))]).any()),
+                         run_only.eq(win | Cat(*[word_hit[reg.name] for reg in rmap
+                                                 if guarded(reg, (Guard.RUN, Guard.LAYER))]
+                                               ).any())]
+            m.d.sync += [aw_hit[reg.name].eq(word_hit[reg.name]) for reg in rmap]
         with m.If(bus.wvalid & ~w_full):
             m.d.sync += [w_full.eq(1), w_data.eq(bus.wdata), w_strb.eq(bus.wstrb)]
 
@@ -232,15 +253,10 @@ class AxiLiteRegs(wiring.Component):
             m.d.sync += bvalid.eq(0)
 
         byte_mask = Cat(*[w_strb[i].replicate(8) for i in range(4)])
-        word = aw_addr[2:]
         win_word = aw_addr[2:aw - 1]
-        in_window = Signal()
-        m.d.comb += in_window.eq(aw_addr[aw - 1] & (win_word < rmap.window_words))
         hit = {reg.name: Signal(name=f"hit_{reg.name.lower()}") for reg in rmap}
         for reg in rmap:
-            m.d.comb += hit[reg.name].eq(write & (word == reg.offset >> 2))
-        mapped = Signal()
-        m.d.comb += mapped.eq(in_window | Cat(*[word == reg.offset >> 2 for reg in rmap]).any())
+            m.d.comb += hit[reg.name].eq(write & aw_hit[reg.name])
         with m.If(write):
             m.d.sync += bresp.eq(Mux(mapped, RESP_OKAY, RESP_SLVERR))
 
@@ -253,20 +269,15 @@ class AxiLiteRegs(wiring.Component):
         clear_causes = Signal(n_causes)
         write_while_busy = Signal()
         weights_dirty = Signal()    # an accepted weight or layer-parameter write
+        m.d.comb += [write_while_busy.eq(write & run_only & running),
+                     weights_dirty.eq(write & dirties & ~running)]
 
         for reg in rmap:
             for f in reg.fields:
                 if f.access is not Access.RW or f.const:
                     continue
                 target = source[reg.name, f.name]
-                if f.guard in (Guard.RUN, Guard.LAYER):
-                    with m.If(hit[reg.name] & running):
-                        m.d.comb += write_while_busy.eq(1)
-                    with m.If(hit[reg.name] & ~running):
-                        m.d.sync += target.eq(written(reg, f))
-                        if f.guard is Guard.LAYER:
-                            m.d.comb += weights_dirty.eq(1)
-                elif f.guard is Guard.HOLD:
+                if f.guard in (Guard.RUN, Guard.LAYER, Guard.HOLD):
                     with m.If(hit[reg.name] & ~running):
                         m.d.sync += target.eq(written(reg, f))
                 else:
@@ -280,13 +291,7 @@ class AxiLiteRegs(wiring.Component):
         # the enables of 45 flip-flops that sit by the weight buffers, far from this block.
         m.d.sync += [self.wwin_addr.eq(win_word), self.wwin_data.eq(w_data),
                      self.wwin_strb.eq(w_strb)]
-        m.d.sync += self.wwin_en.eq(0)
-        with m.If(write & in_window):
-            with m.If(running):
-                m.d.comb += write_while_busy.eq(1)
-            with m.Else():
-                m.d.comb += weights_dirty.eq(1)
-                m.d.sync += self.wwin_en.eq(1)
+        m.d.sync += self.wwin_en.eq(write & in_window & ~running)
 
         def ones_written(f):
             """Field ``f`` of the strobed write data: the bits a W1C write clears."""
