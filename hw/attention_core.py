@@ -823,14 +823,17 @@ class AttentionCore(wiring.Component):
         ld_addr = Signal(max(x_aw, kv_aw, 1))
         ld_base = Signal.like(ld_addr)
         ld_final = ld_w_last & ld_i_last
+        # Buffer writes only in LOAD (where x_in.ready is 1), from the state register: the
+        # write enables do not depend on ``start`` (which sets ready in DRAIN).
+        ld_write = Signal()
         for r in range(R):
             m.d.comb += [x_wp[r].addr.eq(Cat(ld_addr[:x_aw], ld_set["bank"])),
                          x_wp[r].data.eq(self.x_in.payload.data),
-                         x_wp[r].en.eq(ld_beat & ~ld_kv & (ld_r == r))]
+                         x_wp[r].en.eq(ld_write & ~ld_kv & (ld_r == r))]
             if kv_wp:
                 m.d.comb += [kv_wp[r].addr.eq(Cat(ld_addr[:kv_aw], ld_set["bank"])),
                              kv_wp[r].data.eq(self.x_in.payload.data),
-                             kv_wp[r].en.eq(ld_beat & ld_kv & (ld_r == r))]
+                             kv_wp[r].en.eq(ld_write & ld_kv & (ld_r == r))]
 
         def accept_start():
             """Sample the run settings of a new sequence and start loading it."""
@@ -896,6 +899,7 @@ class AttentionCore(wiring.Component):
                 with m.If(take):
                     m.d.sync += ld_bank.eq(~ld_bank)
                     m.next = "IDLE"
+        m.d.comb += ld_write.eq(self.x_in.valid & load_fsm.ongoing("LOAD"))
 
         # ------------------------------------------------------------ output streamer
         # Streams output buffer st_bank: P bytes of one row per cycle (P = 4 when 4 adjacent
