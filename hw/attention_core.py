@@ -766,23 +766,33 @@ class AttentionCore(wiring.Component):
                     with m.If(sf_row_last):
                         m.d.sync += sf_active.eq(0)
 
-        # Softmax results into P.
+        # Softmax results into P. Rows come out in order from row 0 (the feeder's order), so
+        # the write position is counted in registers: row within its tile (which buffer) and
+        # the word address, (row // R) * KB + beat. The address pins then come straight from
+        # a register; computing it from the row number was the whole top's critical path.
         prob_incs = []
+        pw_counters = []    # reset with prob_rows when a softmax feed starts
         for e, sm in enumerate(softmaxes):
             pr = sm.probs
             m.d.comb += pr.ready.eq(1)
-            pw_b = Signal(range(KB + 1), name=f"pw_b{e}")
+            pw_rr = Signal(range(R), name=f"pw_rr{e}")
+            pw_addr = Signal(range(_cdiv(SEQ, R) * KB + 1), name=f"pw_addr{e}")
+            pw_base = Signal.like(pw_addr, name=f"pw_base{e}")    # KB * (row // R)
+            pw_counters += [pw_rr, pw_addr, pw_base]
             pw = [mm.write_port() for mm in p_mem[e]]
-            i_r, i_rr = divmod_const(pr.payload.row, R)
             for r in range(R):
-                m.d.comb += [pw[r].addr.eq(i_r * KB + pw_b),
+                m.d.comb += [pw[r].addr.eq(pw_addr),
                              pw[r].data.eq(Cat(*[pr.payload.data[lane] for lane in range(L)])),
-                             pw[r].en.eq(pr.valid & (i_rr == r))]
+                             pw[r].en.eq(pr.valid & (pw_rr == r))]
             with m.If(pr.valid):
-                m.d.sync += pw_b.eq(Mux(pr.payload.last, 0, pw_b + 1))
+                m.d.sync += pw_addr.eq(pw_addr + 1)
                 with m.If(pr.payload.last):
                     m.d.sync += [prob_rows[e].eq(prob_rows1[e]),
-                                 prob_rows1[e].eq(prob_rows1[e] + 1)]
+                                 prob_rows1[e].eq(prob_rows1[e] + 1),
+                                 pw_rr.eq(pw_rr + 1), pw_addr.eq(pw_base)]
+                    with m.If(pw_rr == R - 1):
+                        m.d.sync += [pw_rr.eq(0), pw_base.eq(pw_base + KB),
+                                     pw_addr.eq(pw_base + KB)]
             prob_incs.append(pr.valid & pr.payload.last)
         # p_ready: the P.V fetch may start the row tile ending at row_end (every engine has
         # written those rows of P). Computed from the next values of row_end and prob_rows,
@@ -1020,6 +1030,7 @@ class AttentionCore(wiring.Component):
                          sf_row_last.eq(seq <= 1)]
             m.d.sync += [n.eq(0) for n in prob_rows + score_rows]
             m.d.sync += [n.eq(1) for n in prob_rows1]
+            m.d.sync += [n.eq(0) for n in pw_counters]
             m.d.sync += sf_rows_ok.eq(0)
 
         def abandon_on_fault():

@@ -490,7 +490,7 @@ def _pct(used, avail):
 
 def run(target: str, cfg, config_file: str, device: Device, *, out: Path, io: str = "auto",
         pnr: bool = True, freq_mhz: float = 100.0, seed: int = 1, router: str = "router1",
-        promote: bool = True, log=print) -> dict:
+        promote: bool = True, sdf: bool = False, log=print) -> dict:
     """Synthesise (and place and route) ``cfg``'s top; write and return the report."""
     from amaranth.back import rtlil
     from hw.attention_top import AttentionTop
@@ -500,7 +500,7 @@ def run(target: str, cfg, config_file: str, device: Device, *, out: Path, io: st
     t_start = time.monotonic()
     source = _provenance()          # before generation: the sources this run elaborates
     out.mkdir(parents=True, exist_ok=True)
-    for stale in ("report.json", "nextpnr_report.json", "netlist.json", "stat.txt"):
+    for stale in ("report.json", "nextpnr_report.json", "netlist.json", "stat.txt", "routed.sdf"):
         (out / stale).unlink(missing_ok=True)
     times = {}
 
@@ -557,7 +557,7 @@ def run(target: str, cfg, config_file: str, device: Device, *, out: Path, io: st
         cmd = [tool(PNR_TOOL[target]), *device.pnr_args, "--json", "netlist.json",
                "--report", "nextpnr_report.json", "--timing-allow-fail",
                "--freq", f"{freq_mhz:g}", "--seed", str(seed), "--router", router,
-               "-l", "nextpnr.log", "-q"]
+               "-l", "nextpnr.log", "-q", *(["--sdf", "routed.sdf"] if sdf else [])]
         try:
             _run(cmd, out, PNR_TOOL[target], "nextpnr.log")
         except ToolError as e:
@@ -716,6 +716,9 @@ def _parse(argv):
                     "timing-driven; router2 copes better with congestion)")
     ap.add_argument("--no-promote", action="store_true",
                     help="ecp5: no DCCA global buffers on high-fanout reset/enable nets")
+    ap.add_argument("--sdf", action="store_true",
+                    help="also write nextpnr's routed delays as routed.sdf (back-annotated "
+                    "timing of every cell and net; for static timing or timing simulation)")
     ap.add_argument("--io", default="auto", choices=("auto", "full", "narrow"),
                     help="wrapper I/O mode (auto: full if its pins fit the package)")
     ap.add_argument("--out", help="work and report folder, inside the repository "
@@ -743,7 +746,7 @@ def main(argv=None) -> int:
     try:
         report = run(args.target, cfg, args.config, DEVICES[args.target][key], out=out,
                      io=args.io, pnr=not args.no_pnr, freq_mhz=args.freq, seed=args.seed,
-                     router=args.router, promote=not args.no_promote,
+                     router=args.router, promote=not args.no_promote, sdf=args.sdf,
                      log=lambda s: print(s, flush=True))
     except ToolError as e:
         print(f"error: {e}", file=sys.stderr)
