@@ -833,17 +833,30 @@ class AttentionCore(wiring.Component):
         ld_addr = Signal(max(x_aw, kv_aw, 1))
         ld_base = Signal.like(ld_addr)
         ld_final = ld_w_last & ld_i_last
-        # Buffer writes only in LOAD (where x_in.ready is 1), from the state register: the
-        # write enables do not depend on ``start`` (which sets ready in DRAIN).
+        # Buffer writes happen the cycle after the beat, from registers: one enable register
+        # per buffer, the address and the word. The buffers are spread over the die and
+        # their enables were the one-engine top's critical path (all route). A loaded
+        # sequence is read at the earliest 3 cycles after its last beat (take, job_go, fetch
+        # address), so the late write is never missed. Writes only in LOAD, where
+        # x_in.ready is 1: in DRAIN, ready depends on ``start``.
         ld_write = Signal()
+        ld_we_x = Signal(R)
+        ld_we_kv = Signal(R)
+        ld_wa = Signal(max(x_aw, kv_aw, 1) + 1)
+        ld_wd = Signal(32)
+        m.d.sync += [ld_we_x.eq(Cat(*[ld_write & ~ld_kv & (ld_r == r) for r in range(R)])),
+                     ld_we_kv.eq(Cat(*[ld_write & ld_kv & (ld_r == r) for r in range(R)])),
+                     ld_wd.eq(self.x_in.payload.data)]
+        with m.If(ld_kv):
+            m.d.sync += ld_wa.eq(Cat(ld_addr[:kv_aw], ld_set["bank"]))
+        with m.Else():
+            m.d.sync += ld_wa.eq(Cat(ld_addr[:x_aw], ld_set["bank"]))
         for r in range(R):
-            m.d.comb += [x_wp[r].addr.eq(Cat(ld_addr[:x_aw], ld_set["bank"])),
-                         x_wp[r].data.eq(self.x_in.payload.data),
-                         x_wp[r].en.eq(ld_write & ~ld_kv & (ld_r == r))]
+            m.d.comb += [x_wp[r].addr.eq(ld_wa), x_wp[r].data.eq(ld_wd),
+                         x_wp[r].en.eq(ld_we_x[r])]
             if kv_wp:
-                m.d.comb += [kv_wp[r].addr.eq(Cat(ld_addr[:kv_aw], ld_set["bank"])),
-                             kv_wp[r].data.eq(self.x_in.payload.data),
-                             kv_wp[r].en.eq(ld_write & ld_kv & (ld_r == r))]
+                m.d.comb += [kv_wp[r].addr.eq(ld_wa), kv_wp[r].data.eq(ld_wd),
+                             kv_wp[r].en.eq(ld_we_kv[r])]
 
         def accept_start():
             """Sample the run settings of a new sequence and start loading it."""
