@@ -719,11 +719,15 @@ class AttentionCore(wiring.Component):
         sf_last = Signal()
         sf_row_last = Signal()
         # Beat b holds lanes b*L .. b*L+L-1: score word (b*L) // C, lane group within it.
+        # The read address sf_i * TNk + word is a register counted with them (the adder in
+        # front of the address pins was a near-critical routed path); sf_base = sf_i * TNk.
         sf_word, sf_lane_group = divmod_const(sf_b, C // L)
+        sf_addr = Signal(range(SEQ * TNk + TNk + 1))
+        sf_base = Signal.like(sf_addr)
         s_rps = [s_mem[e].read_port() for e in range(E)]
         for e, sm in enumerate(softmaxes):
             m.d.comb += [
-                s_rps[e].addr.eq(sf_i * TNk + sf_word),
+                s_rps[e].addr.eq(sf_addr),
                 s_rps[e].en.eq(s_adv),
                 sm.scores.valid.eq(sm_valids[e]),
                 sm.scores.payload.row.eq(ss2_row),
@@ -760,9 +764,12 @@ class AttentionCore(wiring.Component):
                 m.d.sync += [ss1_row.eq(sf_i), ss1_last.eq(sf_last),
                              ss1_sel.eq(sf_lane_group), sf_b.eq(sf_b + 1),
                              sf_last.eq(sf_b + 2 >= sf_nb)]
+                with m.If(sf_lane_group == C // L - 1):
+                    m.d.sync += sf_addr.eq(sf_addr + 1)
                 with m.If(sf_last):
                     m.d.sync += [sf_b.eq(0), sf_i.eq(sf_i + 1), sf_last.eq(sf_nb <= 1),
-                                 sf_row_last.eq(sf_i + 2 >= seq)]
+                                 sf_row_last.eq(sf_i + 2 >= seq),
+                                 sf_base.eq(sf_base + TNk), sf_addr.eq(sf_base + TNk)]
                     with m.If(sf_row_last):
                         m.d.sync += sf_active.eq(0)
 
@@ -1038,7 +1045,7 @@ class AttentionCore(wiring.Component):
         run_error = Signal()
 
         def start_softmax_feed():
-            m.d.sync += [sf_active.eq(1), sf_i.eq(0), sf_b.eq(0),
+            m.d.sync += [sf_active.eq(1), sf_i.eq(0), sf_b.eq(0), sf_addr.eq(0), sf_base.eq(0),
                          sf_nb.eq((kvrows + L - 1) // L), sf_last.eq(kvrows <= L),
                          sf_row_last.eq(seq <= 1)]
             m.d.sync += [n.eq(0) for n in prob_rows + score_rows]
