@@ -7,6 +7,8 @@
 #                                        (build/bench/bench.json and bench.png)
 # make synth-blocks [CONFIG=...]         ECP5 resources of the matrix engine and softmax unit
 # make synth [TARGET=ecp5|ice40|xc7] [CONFIG=...]  whole top: resources, Fmax, build/synth/<target>/report.json
+#                                        [SYNTH_ARGS="--sdf --seed 2 ..."]: more sim.synth options
+#                                        (--sdf: routed.sdf; python -m sim.sta lists every failing path)
 
 SHELL   := /bin/bash
 PYTHON  ?= python3
@@ -16,6 +18,7 @@ STAMP   := $(VENV)/.installed
 CONFIG  ?= configs/default.toml
 TARGET  ?= ecp5
 JOBS    ?= auto
+SYNTH_ARGS ?=
 
 .PHONY: .simulators all setup verilog test test-fast accuracy lint bench synth-blocks synth clean distclean help
 
@@ -63,7 +66,7 @@ synth-blocks: setup
 	$(PY) -m sim.synth_softmax --config $(CONFIG)
 
 synth: setup
-	$(PY) -m sim.synth --target $(TARGET) --config $(CONFIG)
+	$(PY) -m sim.synth --target $(TARGET) --config $(CONFIG) $(SYNTH_ARGS)
 
 clean:
 	rm -rf build sim_build .pytest_cache

@@ -570,6 +570,16 @@ def run(target: str, cfg, config_file: str, device: Device, *, out: Path, io: st
             pnr_result = parse_pnr_report(
                 json.loads((out / "nextpnr_report.json").read_text()), target)
         times["pnr_s"] = round(time.monotonic() - t0, 1)
+    sdf_summary = None
+    if sdf and pnr_result:
+        from sim.sta import TimingGraph
+        eps = TimingGraph((out / "routed.sdf").read_text()).endpoints()
+        period = 1000.0 / freq_mhz
+        sdf_summary = {"file": "routed.sdf", "timed_endpoints": len(eps),
+                       "failing_endpoints": sum(e.arrival_ns > period for e in eps),
+                       "worst_ns": round(eps[0].arrival_ns, 3) if eps else None,
+                       "list": f"python -m sim.sta {_rel(out)}/routed.sdf "
+                               f"--period {period:g}"}
     times["total_s"] = round(time.monotonic() - t_start, 1)
 
     # Resource table: placed figures where nextpnr ran, otherwise synthesis counts.
@@ -623,6 +633,7 @@ def run(target: str, cfg, config_file: str, device: Device, *, out: Path, io: st
                                 "utilization": pnr_result["utilization"]}
                                if pnr_result else {})},
         "critical_paths": critical,
+        **({"routed_timing": sdf_summary} if sdf_summary else {}),
         "source": source,
         "tools": _versions(target, pnr_result is not None or pnr_status.startswith("failed")),
         "times_s": times,
@@ -689,6 +700,10 @@ def format_summary(report: dict) -> str:
         lines.append(f"    to   {p['to']}")
         if p["hdl_sources"]:
             lines.append(f"    via  {', '.join(p['hdl_sources'][:6])}")
+    rt = report.get("routed_timing")
+    if rt:
+        lines.append(f"  routed SDF: {rt['failing_endpoints']} of {rt['timed_endpoints']} "
+                     f"register endpoints miss the target; all of them: {rt['list']}")
     lines.append("  fits: yes" if report["fits"] else
                  "  DOES NOT FIT: " + "; ".join(report["fit_problems"]))
     lines.append("  times: " + ", ".join(f"{k[:-2]} {v:g} s" for k, v in report["times_s"].items()))
