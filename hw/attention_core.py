@@ -330,21 +330,26 @@ class AttentionCore(wiring.Component):
         prob_rows1 = [Signal(range(SEQ + 2), init=1, name=f"prob_rows1_{e}") for e in range(E)]
 
         # ------------------------------------------------------------ command issue
+        # The requantization fields are registers that follow job_rq and the run settings a
+        # cycle later: both change only with job_go, and the command is valid from the cycle
+        # after (the selection multiplexer sat in front of the engines' command checks).
         cmd_pending = Signal(E)
         rq_mult = Signal(cfg.requant_mult_bits)
         rq_shift = Signal(6)
+        rq_en = Signal()
         with m.Switch(job_rq):
             for code, n in ((RQ_Q, "q"), (RQ_K, "k"), (RQ_V, "v"), (RQ_PV, "pv"), (RQ_O, "o")):
                 with m.Case(code):
-                    m.d.comb += [rq_mult.eq(rq[n][0]), rq_shift.eq(rq[n][1])]
+                    m.d.sync += [rq_mult.eq(rq[n][0]), rq_shift.eq(rq[n][1])]
             with m.Default():
-                m.d.comb += [rq_mult.eq(1), rq_shift.eq(1)]
+                m.d.sync += [rq_mult.eq(1), rq_shift.eq(1)]
+        m.d.sync += rq_en.eq(job_rq != RQ_NONE)
         for e, eng in enumerate(engines):
             p = eng.cmd.payload
             m.d.comb += [
                 eng.cmd.valid.eq(cmd_pending[e]),
                 p.m.eq(job_m), p.n.eq(job_n), p.k.eq(job_k),
-                p.bias_en.eq(job_bias), p.requant_en.eq(job_rq != RQ_NONE),
+                p.bias_en.eq(job_bias), p.requant_en.eq(rq_en),
                 p.mult.eq(rq_mult), p.shift.eq(rq_shift),
             ]
             with m.If(eng.cmd.valid & eng.cmd.ready):
