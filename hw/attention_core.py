@@ -966,12 +966,21 @@ class AttentionCore(wiring.Component):
         os2_c = Signal.like(os1_c)
         os2_k = Signal.like(os1_k)
         os2_last = Signal()
-        o_issue = st_active & (o_i < st_seq)
+        # The read address and the "rows left" and "end of row" conditions are registers,
+        # updated with o_i and o_col from their next values (the address arithmetic and
+        # compares sat in front of the block RAM address pins and the streamer's enables).
+        def o_word(i, col):
+            h_, ch_ = divmod_const(col, dk)
+            return ((i * G + divmod_const(h_, E)[0]) * TN + divmod_const(ch_, C)[0])[:o_aw]
+
+        o_addr = Signal(o_aw)
+        o_more = Signal()           # o_i < st_seq
+        o_wrap = Signal()           # o_col + P == d
+        o_issue = st_active & o_more
         o_out = os2_valid & (os2_k == K - 1)
         o_adv = ~os2_valid | (os2_k != K - 1) | self.y_out.ready
         for e in range(E):
-            m.d.comb += [o_rps[e].addr.eq(Cat(((o_i * G + ohg) * TN + ochc)[:o_aw],
-                                              st_bank)),
+            m.d.comb += [o_rps[e].addr.eq(Cat(o_addr, st_bank)),
                          o_rps[e].en.eq(o_adv)]
         os2_data = [Signal.like(o_rps[e].data, name=f"os2_data{e}", reset_less=True)
                     for e in range(E)]
@@ -988,10 +997,12 @@ class AttentionCore(wiring.Component):
             with m.If(o_issue):
                 m.d.sync += [os1_e.eq(ohe), os1_c.eq(divmod_const(ochcl, P)[0]),
                              os1_k.eq(divmod_const(divmod_const(o_col, P)[0], K)[1]),
-                             os1_last.eq((o_i + 1 == st_seq) & (o_col + P == d)),
-                             o_col.eq(o_col + P)]
-                with m.If(o_col + P == d):
-                    m.d.sync += [o_col.eq(0), o_i.eq(o_i + 1)]
+                             os1_last.eq((o_i + 1 == st_seq) & o_wrap),
+                             o_col.eq(o_col + P), o_wrap.eq(o_col + 2 * P == d),
+                             o_addr.eq(o_word(o_i, o_col + P))]
+                with m.If(o_wrap):
+                    m.d.sync += [o_col.eq(0), o_i.eq(o_i + 1), o_wrap.eq(P == d),
+                                 o_addr.eq(o_word(o_i + 1, 0)), o_more.eq(o_i + 1 < st_seq)]
         if K > 1:
             assemble = Signal(32 - 8 * P)
             with m.If(os2_valid & (os2_k != K - 1) & o_adv):
@@ -1142,6 +1153,7 @@ class AttentionCore(wiring.Component):
                     m.d.sync += [st_active.eq(1), st_seq.eq(seq), st_bank.eq(o_bank),
                                  st_t0.eq(run["t0"]), st_busy.eq(run_busy),
                                  st_stall.eq(run_stall), o_i.eq(0), o_col.eq(0),
+                                 o_addr.eq(0), o_wrap.eq(P == d), o_more.eq(seq != 0),
                                  o_bank.eq(~o_bank)]
                     m.next = "IDLE"
         with m.If(job_go):
