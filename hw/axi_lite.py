@@ -288,7 +288,7 @@ class AxiLiteRegs(wiring.Component):
         # data and strobes follow the held write every cycle, with no clock enable: they are
         # only read with ``wwin_en``, and the held write stays put until the cycle after it
         # executes. This keeps the write decode (``write``, the window hit, ``running``) off
-        # the enables of 45 flip-flops that sit by the weight buffers, far from this block.
+        # the enables of those flip-flops, which sit by the weight buffers, far from this block.
         m.d.sync += [self.wwin_addr.eq(win_word), self.wwin_data.eq(w_data),
                      self.wwin_strb.eq(w_strb)]
         m.d.sync += self.wwin_en.eq(write & in_window & ~running)
