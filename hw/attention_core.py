@@ -956,8 +956,8 @@ class AttentionCore(wiring.Component):
         os1_last = Signal()
         o_rps = [o_mem[e].read_port() for e in range(E)]
         oh, och = divmod_const(o_col, dk)
-        ohg, ohe = divmod_const(oh, E)
-        ochc, ochcl = divmod_const(och, C)
+        ohe = divmod_const(oh, E)[1]               # engine of the column
+        ochcl = divmod_const(och, C)[1]             # lane within the word
         # os2: the block RAM words registered as they are (a DP16KD's clock-to-output plus the
         # route out of it was the routed one-engine top's critical path), and os1's fields;
         # os1 and os2 advance together.
