@@ -119,16 +119,16 @@ class AxiLiteRegs(wiring.Component):
         - Write: the write executes in cycle n + 1; its effects (register outputs, ``start``,
           ``wwin_*``, error bits) and ``bvalid`` appear in cycle n + 2. ``awready``/``wready``
           stay low while a write is held.
-        - Read: ``rvalid`` and ``rdata`` in cycle n + 1, showing the state of cycle n.
+        - Read: ``rvalid`` and ``rdata`` in cycle n + 2, showing the state of cycle n + 1.
         - ``done_set``/``error_set`` in cycle n: STATUS, ERROR_CAUSE and ``irq`` in cycle n + 1.
-        - One write per 2 cycles and one read per 2 cycles with ``bready``/``rready`` held
+        - One write per 2 cycles and one read per 3 cycles with ``bready``/``rready`` held
           high; reads and writes proceed in parallel.
         All outputs come from registers, except ``irq`` (AND/OR of three registers); no
         combinational path runs from a bus input to a bus output.
     """
 
     write_latency = 2   # cycles from the later AW/W handshake to the write's effect and bvalid
-    read_latency = 1    # cycles from the AR handshake to rvalid
+    read_latency = 2    # cycles from the AR handshake to rvalid
 
     def __init__(self, cfg: AttentionConfig):
         if not isinstance(cfg, AttentionConfig):
@@ -368,19 +368,30 @@ class AxiLiteRegs(wiring.Component):
         m.d.comb += self.irq.eq(irq_en & (done | error))
 
         # ---------------------------------------------------------------- read channel
+        # Two stages: the address is decoded as AR is accepted, into one select flag per
+        # register; the cycle after, rdata is the AND-OR of the selected register's value.
+        # A single-stage multiplexer from araddr to rdata was the register block's longest
+        # path (6 LUT levels; it missed 100 MHz on ECP5).
+        ar_busy = Signal()      # a read is accepted and its response not yet taken
+        ar_sel = {reg.name: Signal(name=f"ar_sel_{reg.name.lower()}") for reg in rmap}
+        ar_mapped = Signal()
         rvalid = Signal()
         rdata = Signal(32)
         rresp = Signal(2)
-        m.d.comb += [bus.arready.eq(~rvalid), bus.rvalid.eq(rvalid), bus.rdata.eq(rdata),
+        m.d.comb += [bus.arready.eq(~ar_busy), bus.rvalid.eq(rvalid), bus.rdata.eq(rdata),
                      bus.rresp.eq(rresp)]
-        with m.If(bus.arvalid & ~rvalid):
-            m.d.sync += rvalid.eq(1)
-            with m.Switch(bus.araddr[2:]):
-                for reg in rmap:
-                    with m.Case(reg.offset >> 2):
-                        m.d.sync += [rdata.eq(value(reg)), rresp.eq(RESP_OKAY)]
-                with m.Default():   # unmapped, or the write-only window
-                    m.d.sync += [rdata.eq(0), rresp.eq(RESP_SLVERR)]
-        with m.Elif(bus.rready):
-            m.d.sync += rvalid.eq(0)
+        with m.If(bus.arvalid & ~ar_busy):
+            ar_word = bus.araddr[2:]
+            ar_hit = {reg.name: ar_word == reg.offset >> 2 for reg in rmap}
+            m.d.sync += [ar_busy.eq(1), ar_mapped.eq(Cat(*ar_hit.values()).any())]
+            m.d.sync += [ar_sel[name].eq(h) for name, h in ar_hit.items()]
+        with m.If(ar_busy & ~rvalid):
+            selected = Const(0, 32)
+            for reg in rmap:
+                selected = selected | (ar_sel[reg.name].replicate(32) & value(reg))
+            # Unmapped addresses, and the write-only window, read 0 with SLVERR.
+            m.d.sync += [rvalid.eq(1), rdata.eq(selected),
+                         rresp.eq(Mux(ar_mapped, RESP_OKAY, RESP_SLVERR))]
+        with m.If(rvalid & bus.rready):
+            m.d.sync += [rvalid.eq(0), ar_busy.eq(0)]
         return m

@@ -262,7 +262,7 @@ def test_start_and_latency(timing):
 
 
 def test_cycle_latencies():
-    """Write effects and bvalid 2 cycles after the handshake, rvalid 1 cycle after AR."""
+    """Write effects and bvalid 2 cycles after the handshake, rvalid 2 cycles after AR."""
     async def body(ctx, dut, m, events):
         bus = dut.s_axi
         await load_weights(ctx, dut, m)
@@ -289,8 +289,11 @@ def test_cycle_latencies():
         assert ctx.get(bus.arready)
         await ctx.tick()                                    # AR handshake
         ctx.set(bus.arvalid, 0)
-        assert ctx.get(bus.rvalid) and ctx.get(bus.rdata) == TINY.max_seq_len
+        assert not ctx.get(bus.rvalid) and not ctx.get(bus.arready)
         await ctx.tick()
+        assert ctx.get(bus.rvalid) and ctx.get(bus.rdata) == TINY.max_seq_len
+        assert not ctx.get(bus.arready)                     # one read in flight
+        await ctx.tick()                                    # R handshake
         assert not ctx.get(bus.rvalid) and ctx.get(bus.arready)
         # done_set in cycle n: STATUS.DONE and irq in cycle n + 1.
         assert await m.write(ctx, CTRL, IRQ_EN) == OKAY
