@@ -244,10 +244,19 @@ class SoftmaxUnit(wiring.Component):
         m.d.comb += [error.eq(bad), self.error.eq(error)]
 
         # ---- buffers
-        m.submodules.score_ring = score_ring = Memory(shape=score_entry, depth=s_depth, init=[])
+        # no_rw_check: a ring slot is read only after its row is written (its descriptor is
+        # queued after the row's last write) and written only after its last read (the level
+        # counts it until then), so a read that meets a write to its address is an idle read
+        # whose data is never used: synthesis need not emulate read-first collisions
+        # (sim/synth.py, declare_no_rw_collisions), and the read data register goes into the
+        # block RAM's output register.
+        ring = {"no_rw_check": 1}
+        m.submodules.score_ring = score_ring = Memory(shape=score_entry, depth=s_depth, init=[],
+                                                      attrs=ring)
         s_wr = score_ring.write_port()
         s_rd = score_ring.read_port(domain="sync")
-        m.submodules.exp_ring = exp_ring = Memory(shape=exp_entry, depth=e_depth, init=[])
+        m.submodules.exp_ring = exp_ring = Memory(shape=exp_entry, depth=e_depth, init=[],
+                                                  attrs=ring)
         e_wr = exp_ring.write_port()
         e_rd = exp_ring.read_port(domain="sync")
         # Row descriptors. Every queued row holds at least one ring slot, so a queue as deep as
