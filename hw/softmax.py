@@ -511,7 +511,11 @@ class SoftmaxUnit(wiring.Component):
         pmax = (1 << B) - 1
         n1_valid, n1_recip, n1_vshift = Signal(), Signal(R + 1), Signal(var_bits)
         n1b_valid, n1b_recip, n1b_vshift = Signal(), Signal(R + 1), Signal(var_bits)
-        n1b = Signal(exp_entry)
+        # n1b becomes the exp ring's DP16KD output register in ECP5 synthesis
+        # (sim.synth.absorb_bram_output_registers), which needs a flip-flop without reset and
+        # with a plain (not inverted) clock enable: hence no reset, and ``go`` rather than
+        # ``~hold`` as its enable (the two are always complements).
+        n1b = Signal(exp_entry, reset_less=True)
         en = ~hold
         prods = []
         for l in range(lanes):
@@ -539,7 +543,10 @@ class SoftmaxUnit(wiring.Component):
         with m.If(en):
             m.d.sync += [n1_valid.eq(e_issue), n1_recip.eq(n_recip), n1_vshift.eq(n_vshift),
                          n1b_valid.eq(n1_valid), n1b_recip.eq(n1_recip),
-                         n1b_vshift.eq(n1_vshift), n1b.eq(e_rd.data)]
+                         n1b_vshift.eq(n1_vshift)]
+        with m.If(go):
+            m.d.sync += n1b.eq(e_rd.data)
+        with m.If(en):
             m.d.sync += [n4_valid.eq(p_valid), n4_row.eq(p_row), n4_last.eq(p_last)]
             m.d.sync += [n4_val[l].eq((prods[l] >> const_shift) >> p_vshift)
                          for l in range(lanes)]
