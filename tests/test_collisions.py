@@ -22,10 +22,8 @@ def _read_during_write(attrs, transparent=False):
     got = []
 
     async def tb(ctx):
-        ctx.set(rp.addr, 3)
-        ctx.set(wp.addr, 3)
-        ctx.set(wp.data, 0x5A)
-        ctx.set(wp.en, 1)
+        for port, value in ((rp.addr, 3), (wp.addr, 3), (wp.data, 0x5A), (wp.en, 1)):
+            ctx.set(port, value)
         await ctx.tick()
         ctx.set(wp.en, 0)
         got.append(ctx.get(rp.data))
