@@ -32,7 +32,10 @@ y_out : Out(stream) of ``{data: 32, last: 1}``
 start, causal, cross, seq_len, kv_len, key_len, rq_* , exp_mult, exp_shift : In
     Run settings, sampled at ``start`` (validated beforehand by the register block).
 wwin_en, wwin_addr, wwin_data, wwin_strb : In
-    Weight-window writes (word addresses, see :mod:`hw.regmap`).
+    Weight-window writes (word addresses, see :mod:`hw.regmap`). A write reaches the weight
+    buffers two cycles after its ``wwin_en`` cycle (a decode stage, then one register stage
+    per engine by its buffers); a run reads weights no earlier than several hundred cycles
+    after ``start``, and the register block refuses window writes while ``busy``.
 busy, done, error, error_cause, cycles, busy_cycles : Out
     Status: ``done``/``error`` are one-cycle strobes; ``error_cause`` is valid with ``error``.
 
@@ -277,38 +280,64 @@ class AttentionCore(wiring.Component):
         # ------------------------------------------------------------ weight window writes
         # Word a of matrix w is elements 4a..4a+3 of row n = 4a // d (torch (out, in) layout),
         # columns kk = 4a % d .. +3. Row n belongs to head h = n // dk, engine h % E.
+        # Two register stages: the decode below (one copy), then per engine a copy of the
+        # write by that engine's buffers, loaded only for writes to that engine (so synthesis
+        # cannot merge the copies). The window registers sit in the register block, often
+        # far from an engine's buffers; the route no longer shares a cycle with the decode.
         ww_addr = self.wwin_addr
+        wsel, mw = divmod_const(ww_addr, self.matrix_words)
+        n, kw = divmod_const(mw, D4)
+        h, ch = divmod_const(n, dk)
+        tn, c = divmod_const(ch, C)
+        hg, he = divmod_const(h, E)
+        ba = ww_addr - 4 * self.matrix_words
+        bsel, bn = divmod_const(ba, d)
+        bh, bch = divmod_const(bn, dk)
+        bhg, bhe = divmod_const(bh, E)
+        btn, bc = divmod_const(bch, C)
+        wd_w_addr = Signal(range(4 * G * TN * D4), reset_less=True)
+        wd_b_addr = Signal(range(4 * G * TN), reset_less=True)
+        wd_w_lane, wd_b_lane = Signal(range(C), reset_less=True), Signal(range(C), reset_less=True)
+        wd_w_engine = Signal(range(E), reset_less=True)
+        wd_b_engine = Signal(range(E), reset_less=True)
+        wd_data, wd_strb = Signal(32, reset_less=True), Signal(4, reset_less=True)
+        wd_w_en, wd_b_en = Signal(), Signal()    # a weight / a (whole-word) bias write
         w_is_bias = ww_addr >= 4 * self.matrix_words
+        m.d.sync += [
+            wd_w_addr.eq((((wsel * G + hg) * TN + tn) * D4) + kw), wd_w_lane.eq(c),
+            wd_w_engine.eq(he),
+            wd_b_addr.eq((bsel * G + bhg) * TN + btn), wd_b_lane.eq(bc), wd_b_engine.eq(bhe),
+            wd_data.eq(self.wwin_data), wd_strb.eq(self.wwin_strb),
+            wd_w_en.eq(self.wwin_en & ~w_is_bias),
+            wd_b_en.eq(self.wwin_en & w_is_bias & (self.wwin_strb == 0xF)),
+        ]
         for e in range(E):
             wp = w_mem[e].write_port(granularity=8)
             bp = b_mem[e].write_port(granularity=cfg.bias_bits)
-            wsel, mw = divmod_const(ww_addr, self.matrix_words)
-            n, kw = divmod_const(mw, D4)
-            h, ch = divmod_const(n, dk)
-            tn, c = divmod_const(ch, C)
-            hg, he = divmod_const(h, E)
-            m.d.comb += [
-                wp.addr.eq((((wsel * G + hg) * TN + tn) * D4) + kw),
-                wp.data.eq(Cat(*[self.wwin_data for _ in range(C)])),
-            ]
+            ew_addr = Signal.like(wd_w_addr, name=f"ww{e}_addr")
+            ew_data = Signal.like(wd_data, name=f"ww{e}_data")
+            ew_en = Signal(4 * C, name=f"ww{e}_en")         # byte enables, lane c holds 4
+            eb_addr = Signal.like(wd_b_addr, name=f"wb{e}_addr")
+            eb_data = Signal(cfg.bias_bits, name=f"wb{e}_data", reset_less=True)
+            eb_en = Signal(C, name=f"wb{e}_en")
+            w_here = wd_w_en & (wd_w_engine == e)
+            b_here = wd_b_en & (wd_b_engine == e)
+            with m.If(w_here):
+                m.d.sync += [ew_addr.eq(wd_w_addr), ew_data.eq(wd_data)]
+            with m.If(b_here):
+                m.d.sync += [eb_addr.eq(wd_b_addr), eb_data.eq(wd_data[:cfg.bias_bits])]
             # Word layout: lane c holds 4 bytes (kk%4 = 0..3) of column c.
-            with m.If(self.wwin_en & ~w_is_bias & (he == e)):
-                for lane in range(C):
-                    with m.If(c == lane):
-                        m.d.comb += wp.en[4 * lane:4 * lane + 4].eq(self.wwin_strb)
-            ba = ww_addr - 4 * self.matrix_words
-            bsel, bn = divmod_const(ba, d)
-            bh, bch = divmod_const(bn, dk)
-            bhg, bhe = divmod_const(bh, E)
-            btn, bc = divmod_const(bch, C)
-            m.d.comb += [
-                bp.addr.eq((bsel * G + bhg) * TN + btn),
-                bp.data.eq(Cat(*[self.wwin_data[:cfg.bias_bits] for _ in range(C)])),
+            m.d.sync += [
+                ew_en.eq(Cat(*[Mux(w_here & (wd_w_lane == lane), wd_strb, 0)
+                               for lane in range(C)])),
+                eb_en.eq(Cat(*[b_here & (wd_b_lane == lane) for lane in range(C)])),
             ]
-            with m.If(self.wwin_en & w_is_bias & (bhe == e) & (self.wwin_strb == 0xF)):
-                for lane in range(C):
-                    with m.If(bc == lane):
-                        m.d.comb += bp.en[lane].eq(1)
+            m.d.comb += [
+                wp.addr.eq(ew_addr), wp.data.eq(Cat(*[ew_data for _ in range(C)])),
+                wp.en.eq(ew_en),
+                bp.addr.eq(eb_addr), bp.data.eq(Cat(*[eb_data for _ in range(C)])),
+                bp.en.eq(eb_en),
+            ]
 
         # ------------------------------------------------------------ job registers
         o_bank = Signal()          # output buffer the computation writes
@@ -440,6 +469,7 @@ class AttentionCore(wiring.Component):
         sd_src_a, sd_src_b = Signal(3), Signal(2)
         sb_amask, sb_bmask = Signal(R), Signal(C)
         sb_src_a, sb_src_b = Signal(3), Signal(2)
+        sb_attn_e = Signal.like(sd_attn_e)
 
         # Last beat of the tile, last column tile, last row tile: registers, updated with the
         # counters (their compares would otherwise sit between the counters and f_active).
@@ -462,7 +492,8 @@ class AttentionCore(wiring.Component):
                          sd_attn_e.eq(s1_attn_e), sd_src_a.eq(s1_src_a),
                          sd_src_b.eq(s1_src_b)]
             m.d.sync += [sb_amask.eq(sd_amask), sb_bmask.eq(sd_bmask),
-                         sb_src_a.eq(sd_src_a), sb_src_b.eq(sd_src_b)]
+                         sb_src_a.eq(sd_src_a), sb_src_b.eq(sd_src_b),
+                         sb_attn_e.eq(sd_attn_e)]
             m.d.sync += [s1_a_lane.eq(s0_a_lane), s1_b_lane.eq(s0_b_lane),
                          s1_amask.eq(s0_amask), s1_bmask.eq(s0_bmask),
                          s1_attn_e.eq(s0_attn_e), s1_src_a.eq(s0_src_a),
@@ -536,6 +567,11 @@ class AttentionCore(wiring.Component):
         kv_sd = [stage_reg(f"sd_kv{r}", kv_rp[r].data) for r in range(R)] if kv_rp else None
         attn_sd = [[stage_reg(f"sd_attn{e}_{r}", attn_rp[e][r].data) for r in range(R)]
                    for e in range(E)]
+        # The lane of every engine's attention word, shared by all engines' fetches; the
+        # engine is chosen after this register, with the source (a 16-way multiplexer from
+        # buffers at both ends of the die did not fit one cycle).
+        attn_sb = [[stage_reg(f"sb_attn{ee}_{r}", byte_of(attn_sd[ee][r], sd_a_lane, C))
+                    for r in range(R)] for ee in range(E)]
         opq_ptrs = []
         for e, eng in enumerate(engines):
             q_rp = [mm.read_port() for mm in q_mem[e]]
@@ -562,12 +598,7 @@ class AttentionCore(wiring.Component):
                 pb = stage_reg(f"sb_p{e}_{r}",
                                byte_of(stage_reg(f"sd_p{e}_{r}", p_rp[r].data), sd_a_lane, L,
                                        PB))
-                ab = Signal(8)
-                with m.Switch(sd_attn_e):
-                    for ee in range(E):
-                        with m.Case(ee):
-                            m.d.comb += ab.eq(byte_of(attn_sd[ee][r], sd_a_lane, C))
-                ab = stage_reg(f"sb_attn{e}_{r}", ab)
+                ab = Array(attn_sb[ee][r] for ee in range(E))[sb_attn_e]
                 val = select(f"a{e}_{r}", signed(a_width), sb_src_a, {
                     A_X: xb.as_signed(), A_KV: kvb.as_signed(), A_Q: qb.as_signed(),
                     A_P: pb,                     # unsigned probability
@@ -612,12 +643,17 @@ class AttentionCore(wiring.Component):
         bf_active = Signal()
         bf_row_end = Signal.like(row_end, init=R)     # (tile row + 1) * R, as a register
         bf_tn = Signal.like(f_tn)
+        # The read address (job_w * G + job_lh) * TN + bf_tn, counted in a register with
+        # bf_tn (the arithmetic sat in front of the bias buffer's address pins); bf_base is
+        # the tile row's first address.
+        bf_base = Signal(range(4 * G * TN))
+        bf_addr = Signal.like(bf_base)
         bs1_valid = Signal()
         bias_valids, b_adv = fork(m, "bias", bs1_valid, [eng.bias.ready for eng in engines])
         b_rps = [b_mem[e].read_port() for e in range(E)]
         for e, eng in enumerate(engines):
             m.d.comb += [
-                b_rps[e].addr.eq((job_w * G + job_lh) * TN + bf_tn),
+                b_rps[e].addr.eq(bf_addr),
                 b_rps[e].en.eq(b_adv),
                 eng.bias.valid.eq(bias_valids[e]),
             ]
@@ -627,13 +663,16 @@ class AttentionCore(wiring.Component):
         with m.If(b_adv):
             m.d.sync += bs1_valid.eq(bf_active)
             with m.If(bf_active):
-                m.d.sync += bf_tn.eq(bf_tn + 1)
+                m.d.sync += [bf_tn.eq(bf_tn + 1), bf_addr.eq(bf_addr + 1)]
                 with m.If(bf_tn * C + C >= job_n):
-                    m.d.sync += [bf_tn.eq(0), bf_row_end.eq(bf_row_end + R)]
+                    m.d.sync += [bf_tn.eq(0), bf_addr.eq(bf_base),
+                                 bf_row_end.eq(bf_row_end + R)]
                     with m.If(bf_row_end >= job_m):
                         m.d.sync += bf_active.eq(0)
         with m.If(job_go):
-            m.d.sync += [bf_active.eq(job_bias), bf_row_end.eq(R), bf_tn.eq(0)]
+            first = (job_w * G + job_lh) * TN
+            m.d.sync += [bf_active.eq(job_bias), bf_row_end.eq(R), bf_tn.eq(0),
+                         bf_base.eq(first), bf_addr.eq(first)]
 
         # ------------------------------------------------------------ result writers
         res_done = Signal(E)
@@ -910,6 +949,11 @@ class AttentionCore(wiring.Component):
                                      ld_addr.eq(ld_base)]
                         with m.If(ld_r == R - 1):
                             m.d.sync += [ld_base.eq(ld_base + D4), ld_addr.eq(ld_base + D4)]
+                        # After a sequence's last word the position restarts (for the KV
+                        # sequence of a cross run), whatever the checks below decide: the
+                        # address then does not wait for them.
+                        with m.If(ld_i_last):
+                            m.d.sync += [ld_r.eq(0), ld_addr.eq(0), ld_base.eq(0)]
                     with m.If(self.x_in.payload.last & ~ld_final):
                         load_error("STREAM_SHORT")
                         m.next = "IDLE"
@@ -919,8 +963,7 @@ class AttentionCore(wiring.Component):
                     with m.Elif(ld_final & ld_set["cross"] & ~ld_kv):
                         m.d.sync += [ld_kv.eq(1), ld_i.eq(0), ld_w.eq(0),
                                      ld_rows.eq(ld_set["kvrows"]), ld_w_last.eq(D4 == 1),
-                                     ld_i_last.eq(ld_set["kvrows"] == 1),
-                                     ld_r.eq(0), ld_addr.eq(0), ld_base.eq(0)]
+                                     ld_i_last.eq(ld_set["kvrows"] == 1)]
                     with m.Elif(ld_final):
                         m.next = "WAIT"
             with m.State("DRAIN"):

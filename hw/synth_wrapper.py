@@ -10,13 +10,18 @@ Two I/O modes:
 
 ``full``
     The wrapper has exactly the ports of ``attention_top`` (same names and widths). Every AXI
-    channel (AXI4-Lite AW, W, B, AR, R; AXI4-Stream in and out) passes through a
-    :class:`RegisterSlice`, the usual fully registered AXI register slice (a two-entry skid
-    buffer): ``valid``, the payload and ``ready`` leave the wrapper straight from flip-flops,
-    and every input reaches a flip-flop through at most one multiplexer. Stream semantics are
-    kept exactly (lossless, in order, one beat per cycle sustained); each channel gains one
-    cycle of latency. ``irq`` is registered once, ``rst`` too (the core sees a reset one cycle
-    later). 189 pins for ``configs/default.toml``.
+    channel (AXI4-Lite AW, W, B, AR, R; AXI4-Stream in and out) passes through two
+    :class:`RegisterSlice` in series, the usual fully registered AXI register slice (a
+    two-entry skid buffer): ``valid``, the payload and ``ready`` leave the wrapper straight
+    from flip-flops, and every input reaches a flip-flop through at most one multiplexer.
+    Two slices, because without a pin file nextpnr puts the pins on the die's edge, often far
+    from the blocks they serve (the register block sits by the core it drives): the first
+    slice stays by the pins, the second by the top, and the crossing between them gets a
+    cycle of its own instead of sharing one with the top's first logic (``slices=1`` gives
+    the single-slice wrapper). Stream semantics are kept exactly (lossless, in order, one
+    beat per cycle sustained); each channel gains one cycle of latency per slice. ``irq`` is
+    registered once, ``rst`` too (the core sees a reset one cycle later). 189 pins for
+    ``configs/default.toml``.
 ``narrow``
     For packages with fewer pins (iCE40 UP5K SG48: 39). The handshake pins (``*valid``,
     ``*ready``), ``irq``, ``clk`` and ``rst`` stay as in ``full``, with the same register
@@ -103,11 +108,16 @@ class SynthWrapper(wiring.Component):
     top : wiring.Component
         Must have exactly the ports named in :data:`CHANNELS` plus ``irq``.
     io : "full" or "narrow"
+    slices : int
+        Register slices in series on every channel, 1 or 2 (2).
     """
 
-    def __init__(self, top: wiring.Component, io: str = "full"):
+    def __init__(self, top: wiring.Component, io: str = "full", slices: int = 2):
         if io not in IO_MODES:
             raise ValueError(f"io must be one of {IO_MODES}, not {io!r}")
+        if slices not in (1, 2):
+            raise ValueError(f"slices must be 1 or 2, not {slices!r}")
+        self.slices = slices
         members = top.signature.members
         known = {p for _, _, v, r, pay in CHANNELS for p in (v, r, *pay)} | set(_PLAIN_OUTPUTS)
         if set(members) != known:
@@ -145,7 +155,8 @@ class SynthWrapper(wiring.Component):
         bits = 1 + self.shift_bits                      # reset register, shift register
         for name, direction, _, _, payload in CHANNELS:
             width = sum(_width(members[p]) for p in payload)
-            bits += 2 * width + 3                       # out + skid data, out + skid valid, ready
+            # per slice: out + skid data, out + skid valid, ready
+            bits += self.slices * (2 * width + 3)
             if self.io == "narrow" and direction == "out":
                 bits += 1
         return bits + sum(_width(members[p]) for p in _PLAIN_OUTPUTS)
@@ -170,27 +181,39 @@ class SynthWrapper(wiring.Component):
         for name, direction, valid, ready, payload in CHANNELS:
             top_payload = Cat(*(getattr(top, p) for p in payload))
             width = len(top_payload)
-            rs = RegisterSlice(width)
-            m.submodules[f"rs_{name}"] = core(rs)
+            # rs_<name> by the pins; rs2_<name> (if two slices) by the top.
+            rs = [RegisterSlice(width) for _ in range(self.slices)]
+            for i, slice_ in enumerate(rs):
+                m.submodules[f"rs{'' if i == 0 else i + 1}_{name}"] = core(slice_)
+            for a, b in zip(rs, rs[1:]):
+                if direction == "out":
+                    a, b = b, a
+                m.d.comb += [b.i_valid.eq(a.o_valid), b.i_data.eq(a.o_data),
+                             a.o_ready.eq(b.i_ready)]
+            pin_side = rs[0]
+            top_side = rs[-1]
             if direction == "in":
                 if self.io == "full":
                     src = Cat(*(getattr(self, p) for p in payload))
                 else:
                     src = chain[offset:offset + width]
                     offset += width
-                m.d.comb += [rs.i_valid.eq(getattr(self, valid)), rs.i_data.eq(src),
-                             getattr(self, ready).eq(rs.i_ready),
-                             getattr(top, valid).eq(rs.o_valid), top_payload.eq(rs.o_data),
-                             rs.o_ready.eq(getattr(top, ready))]
+                m.d.comb += [pin_side.i_valid.eq(getattr(self, valid)),
+                             pin_side.i_data.eq(src),
+                             getattr(self, ready).eq(pin_side.i_ready),
+                             getattr(top, valid).eq(top_side.o_valid),
+                             top_payload.eq(top_side.o_data),
+                             top_side.o_ready.eq(getattr(top, ready))]
             else:
-                m.d.comb += [rs.i_valid.eq(getattr(top, valid)), rs.i_data.eq(top_payload),
-                             getattr(top, ready).eq(rs.i_ready),
-                             getattr(self, valid).eq(rs.o_valid),
-                             rs.o_ready.eq(getattr(self, ready))]
+                m.d.comb += [top_side.i_valid.eq(getattr(top, valid)),
+                             top_side.i_data.eq(top_payload),
+                             getattr(top, ready).eq(top_side.i_ready),
+                             getattr(self, valid).eq(pin_side.o_valid),
+                             pin_side.o_ready.eq(getattr(self, ready))]
                 if self.io == "full":
-                    m.d.comb += Cat(*(getattr(self, p) for p in payload)).eq(rs.o_data)
+                    m.d.comb += Cat(*(getattr(self, p) for p in payload)).eq(pin_side.o_data)
                 else:
-                    m.d.core += getattr(self, f"{name}_x").eq(rs.o_data.xor())
+                    m.d.core += getattr(self, f"{name}_x").eq(pin_side.o_data.xor())
         for p in _PLAIN_OUTPUTS:
             m.d.core += getattr(self, p).eq(getattr(top, p))
         return m

@@ -1,11 +1,13 @@
 """FPGA synthesis (and place and route) of the whole ``attention_top``: ``make synth``.
 
 Run as ``python -m sim.synth --target ecp5|ice40|xc7 --config configs/default.toml
-[--device D] [--no-pnr] [--freq MHZ] [--seed N] [--io auto|full|narrow] [--out DIR]``.
+[--device D] [--no-pnr] [--freq MHZ] [--seed N] [--io auto|full|narrow] [--slices 1|2]
+[--out DIR]``.
 
 The top comes from the same generation path as ``python -m hw generate``
 (``hw.attention_top.AttentionTop(cfg)``), inside :class:`hw.synth_wrapper.SynthWrapper`, which
-registers every pin (AXI register slices on every channel; ``--io narrow`` serialises the
+registers every pin (two AXI register slices in series on every channel, one by the pins
+and one by the top; ``--io narrow`` serialises the
 payloads for small packages, ``auto`` picks ``full`` when its pins fit the package). Yosys
 reads Amaranth's RTLIL directly.
 
@@ -489,7 +491,7 @@ def _pct(used, avail):
 
 
 def run(target: str, cfg, config_file: str, device: Device, *, out: Path, io: str = "auto",
-        pnr: bool = True, freq_mhz: float = 100.0, seed: int = 1, router: str = "router1",
+        slices: int = 2, pnr: bool = True, freq_mhz: float = 100.0, seed: int = 1, router: str = "router1",
         promote: bool = True, sdf: bool = False, log=print) -> dict:
     """Synthesise (and place and route) ``cfg``'s top; write and return the report."""
     from amaranth.back import rtlil
@@ -510,7 +512,7 @@ def run(target: str, cfg, config_file: str, device: Device, *, out: Path, io: st
     full_pins = 2 + sum(len(getattr(top, n)) for n in top.signature.members)   # + clk, rst
     if io == "auto":
         io = "full" if full_pins <= device.ios else "narrow"
-    wrapper = SynthWrapper(top, io)
+    wrapper = SynthWrapper(top, io, slices)
     pins = 2 + sum(len(getattr(wrapper, n)) for n in wrapper.signature.members)
     # On ECP5 every hw.dsp multiplier becomes a MULT18X18D with its own registers enabled;
     # Yosys would otherwise map it to a combinational block between fabric flip-flops.
@@ -608,7 +610,7 @@ def run(target: str, cfg, config_file: str, device: Device, *, out: Path, io: st
         "config": cfg.name,
         "config_file": config_file,
         "top": "attention_top",
-        "wrapper": {"io": io, "pins": pins, "full_width_pins": full_pins,
+        "wrapper": {"io": io, "slices": slices, "pins": pins, "full_width_pins": full_pins,
                     "register_bits": wrapper.register_bits(),
                     "module": "hw.synth_wrapper.SynthWrapper"},
         "luts": table["luts"]["used"],
@@ -678,7 +680,8 @@ def format_summary(report: dict) -> str:
     names = {"luts": "LUTs", "ffs": "flip-flops", "dsps": "DSPs",
              "brams": f"block RAM ({report['bram_unit'].split(' (')[0]})", "ios": "I/O pins"}
     lines = [f"attention_top, config {report['config']}, on {report['device']} "
-             f"({report['target']}); wrapper io={report['wrapper']['io']}",
+             f"({report['target']}); wrapper io={report['wrapper']['io']}, "
+             f"{report['wrapper'].get('slices', 1)} register slice(s) per channel",
              f"  {'resource':24} {'used':>9} {'available':>10} {'%':>7}  source"]
     for key, row in report["resources"].items():
         used = "-" if row["used"] is None else f"{row['used']:g}"
@@ -736,6 +739,9 @@ def _parse(argv):
                     "timing of every cell and net; for static timing or timing simulation)")
     ap.add_argument("--io", default="auto", choices=("auto", "full", "narrow"),
                     help="wrapper I/O mode (auto: full if its pins fit the package)")
+    ap.add_argument("--slices", type=int, default=2, choices=(1, 2),
+                    help="register slices in series on every wrapper channel (2: one by the "
+                    "pins, one by the top)")
     ap.add_argument("--out", help="work and report folder, inside the repository "
                     "(default build/synth/<target>)")
     return ap, ap.parse_args(argv)
@@ -760,7 +766,7 @@ def main(argv=None) -> int:
         return 2
     try:
         report = run(args.target, cfg, args.config, DEVICES[args.target][key], out=out,
-                     io=args.io, pnr=not args.no_pnr, freq_mhz=args.freq, seed=args.seed,
+                     io=args.io, slices=args.slices, pnr=not args.no_pnr, freq_mhz=args.freq, seed=args.seed,
                      router=args.router, promote=not args.no_promote, sdf=args.sdf,
                      log=lambda s: print(s, flush=True))
     except ToolError as e:

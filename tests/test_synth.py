@@ -95,13 +95,19 @@ def _check_wrapper_ports():
                                     if d == "in" for p in pay)
     with pytest.raises(ValueError, match="io"):
         SynthWrapper(AttentionTop(TINY), "wide")
+    with pytest.raises(ValueError, match="slices must be 1 or 2"):
+        SynthWrapper(AttentionTop(TINY), "full", 3)
+    assert full.register_bits() == 1 + 2 * sum(
+        2 * sum(len(getattr(top, p)) for p in pay) + 3 for _, _, _, _, pay in CHANNELS) \
+        + len(top.irq)
     text = rtlil.convert(narrow, name="synth_top")
     assert "module \\synth_top.top.core" in text
 
 
-def test_wrapped_top_answers_axi_lite():
+@pytest.mark.parametrize("slices", [1, 2])
+def test_wrapped_top_answers_axi_lite(slices):
     """The full-width wrapper is a working AXI4-Lite slave (random valid/ready delays)."""
-    dut = SynthWrapper(AttentionTop(TINY), "full")
+    dut = SynthWrapper(AttentionTop(TINY), "full", slices)
     bus = types.SimpleNamespace(**{k[len("s_axi_"):]: getattr(dut, k)
                                    for k in dut.signature.members if k.startswith("s_axi_")})
     master = AxilMaster(bus, "random", seed=3)
