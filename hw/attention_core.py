@@ -660,19 +660,27 @@ class AttentionCore(wiring.Component):
             for c in range(C):
                 m.d.comb += eng.bias.payload[c].eq(
                     b_rps[e].data[cfg.bias_bits * c:cfg.bias_bits * (c + 1)].as_signed())
+        # "Last column tile of the row" and "last row tile", registers computed with the
+        # counters: the bias fork's advance (a function of both engines' readies, from the
+        # two ends of the die) then meets no compare on its way to the enables.
+        bf_last_tn = Signal()       # bf_tn * C + C >= job_n
+        bf_last_row = Signal()      # bf_row_end >= job_m
         with m.If(b_adv):
             m.d.sync += bs1_valid.eq(bf_active)
             with m.If(bf_active):
-                m.d.sync += [bf_tn.eq(bf_tn + 1), bf_addr.eq(bf_addr + 1)]
-                with m.If(bf_tn * C + C >= job_n):
-                    m.d.sync += [bf_tn.eq(0), bf_addr.eq(bf_base),
-                                 bf_row_end.eq(bf_row_end + R)]
-                    with m.If(bf_row_end >= job_m):
+                m.d.sync += [bf_tn.eq(bf_tn + 1), bf_addr.eq(bf_addr + 1),
+                             bf_last_tn.eq(bf_tn * C + 2 * C >= job_n)]
+                with m.If(bf_last_tn):
+                    m.d.sync += [bf_tn.eq(0), bf_addr.eq(bf_base), bf_last_tn.eq(C >= job_n),
+                                 bf_row_end.eq(bf_row_end + R),
+                                 bf_last_row.eq(bf_row_end + R >= job_m)]
+                    with m.If(bf_last_row):
                         m.d.sync += bf_active.eq(0)
         with m.If(job_go):
             first = (job_w * G + job_lh) * TN
             m.d.sync += [bf_active.eq(job_bias), bf_row_end.eq(R), bf_tn.eq(0),
-                         bf_base.eq(first), bf_addr.eq(first)]
+                         bf_base.eq(first), bf_addr.eq(first),
+                         bf_last_tn.eq(C >= job_n), bf_last_row.eq(R >= job_m)]
 
         # ------------------------------------------------------------ result writers
         res_done = Signal(E)
