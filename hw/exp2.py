@@ -87,11 +87,13 @@ class Exp2Unit(wiring.Component):
         ib = cfg.exp_interp_bits
         n_max = W + 2
         m = Module()
+        # No register here has a reset: the unit is a pure pipeline whose owner carries the
+        # valid flags (and resets them), and the flush net stays small.
 
         def delay(value, stages, name):
             """``value`` through ``stages`` registers."""
             for i in range(stages):
-                nxt = Signal.like(value, name=f"{name}_{i}")
+                nxt = Signal.like(value, name=f"{name}_{i}", reset_less=True)
                 m.d.sync += nxt.eq(value)
                 value = nxt
             return value
@@ -105,22 +107,22 @@ class Exp2Unit(wiring.Component):
         # 5./6. round half up as ((x >> (s-1)) + 1) >> 1, which equals (x + 2**(s-1)) >> s for
         # s >= 1 and needs no variable-position bias constant. The barrel shift is split into
         # a shift by the multiple of 8 and one by the rest.
-        shift_m1 = Signal(6)
+        shift_m1 = Signal(6, reset_less=True)
         m.d.sync += shift_m1.eq(self.exp_shift - 1)
-        coarse = Signal(len(prod))
-        scaled = Signal(len(prod))
+        coarse = Signal(len(prod), reset_less=True)
+        scaled = Signal(len(prod), reset_less=True)
         m.d.sync += [coarse.eq(prod >> Cat(Const(0, 3), shift_m1[3:])),
                      scaled.eq(coarse >> shift_m1[:3])]
 
         # 7. u = (scaled + 1) >> 1, and u >= n_max * 2**F iff scaled >= 2 n_max 2**F - 1:
         # the comparison runs in parallel with the increment.
-        half = Signal(len(prod) + 1)
+        half = Signal(len(prod) + 1, reset_less=True)
         m.d.comb += half.eq(scaled + 1)
         u = half[1:]
-        big = Signal()
+        big = Signal(reset_less=True)
         m.d.comb += big.eq(scaled >= (n_max << (F + 1)) - 1)
-        n1 = Signal(range(n_max + 1))
-        f1 = Signal(F)
+        n1 = Signal(range(n_max + 1), reset_less=True)
+        f1 = Signal(F, reset_less=True)
         with m.If(big):
             m.d.sync += n1.eq(n_max)
         with m.Else():
@@ -132,7 +134,7 @@ class Exp2Unit(wiring.Component):
         L = len(table) - 1
         rom = Array(Const(table[i], T + 1) for i in range(L))
         idx = f1[ib:]
-        t0_8 = Signal(T + 1)
+        t0_8 = Signal(T + 1, reset_less=True)
         m.d.sync += t0_8.eq(rom[idx])
         interp_latency = RegisteredMultiplier.latency_for(fabric_reg=True)
         t0_10 = delay(t0_8, interp_latency - 1, "t0")
@@ -143,30 +145,30 @@ class Exp2Unit(wiring.Component):
                                                                 fabric_reg=True)
             m.d.comb += [interp.en.eq(1), interp.a.eq(dt_rom[idx]), interp.b.eq(f1[:ib])]
             # 11./12. mant = t0 - round_shift(step, ib)
-            rstep = Signal(T + 1)
+            rstep = Signal(T + 1, reset_less=True)
             m.d.sync += rstep.eq((interp.p + (1 << (ib - 1))) >> ib)
         else:
             # No interpolation bits: keep the stage count (and so the latency) the same.
             rstep = Const(0, T + 1)
         t0_11 = delay(t0_10, 1, "t0_11")
         n11 = delay(n10, 1, "n_11")
-        mant = Signal(T + 1)
+        mant = Signal(T + 1, reset_less=True)
         m.d.sync += mant.eq(t0_11 - rstep)
 
         # 12.-15. E = round_shift(mant, n + T - W). Pre-shifting mant left by K + 1 with
         # K = max(0, W - T) makes the right shift n + T - W + K + 1 >= 1 for every n, so the
         # same ((x >> (s-1)) + 1) >> 1 rounding applies; a negative n + T - W stays exact.
         K = max(0, W - T)
-        amount = Signal(range(n_max + T - W + K + 1))
+        amount = Signal(range(n_max + T - W + K + 1), reset_less=True)
         m.d.sync += amount.eq(n11 + (T - W + K))
-        wide = Signal(T + 1 + K + 1)
+        wide = Signal(T + 1 + K + 1, reset_less=True)
         m.d.comb += wide.eq(mant << (K + 1))
-        part = Signal(len(wide))
-        fine = Signal(2)
-        shifted = Signal(len(wide))
+        part = Signal(len(wide), reset_less=True)
+        fine = Signal(2, reset_less=True)
+        shifted = Signal(len(wide), reset_less=True)
         m.d.sync += [part.eq(wide >> Cat(Const(0, 2), amount[2:])), fine.eq(amount[:2]),
                      shifted.eq(part >> fine)]
-        rounded = Signal(len(wide) + 1)
+        rounded = Signal(len(wide) + 1, reset_less=True)
         m.d.comb += rounded.eq(shifted + 1)
         m.d.sync += self.exp.eq(rounded[1:])
         return m

@@ -234,8 +234,15 @@ class MatmulEngine(wiring.Component):
                   & (cmd.k >= 1) & (cmd.k <= self.max_k)
                   & (~cmd.requant_en | ((cmd.shift >= 1) & (cmd.shift <= 62))))
 
-        gap_ok = ~is_last | spaced
-        feeding = busy & gap_ok
+        # feeding = busy & (~is_last | spaced), a register computed from the three flags'
+        # next values (busy_n, is_last_n, spaced_n): the handshakes, the command take and the
+        # tile counters' enables then start from one flip-flop, not three LUT levels of flags
+        # (this engine is spread over a large area, and that path was the routed top's worst).
+        busy_n, is_last_n, spaced_n = Signal(), Signal(), Signal()
+        feeding = Signal()
+        m.d.comb += [busy_n.eq(busy), is_last_n.eq(is_last), spaced_n.eq(spaced)]
+        m.d.sync += [busy.eq(busy_n), is_last.eq(is_last_n), spaced.eq(spaced_n),
+                     feeding.eq(busy_n & (~is_last_n | spaced_n))]
         issue = feeding & self.a.valid & self.b.valid
         # cols_left <= C and rows_left <= R, kept as registers next to the counters: the
         # compares would otherwise sit in the path from the handshake to the enables.
@@ -269,16 +276,18 @@ class MatmulEngine(wiring.Component):
 
         with m.If(go):
             with m.If(issue & is_last):
-                m.d.sync += [since_last.eq(1), spaced.eq(S <= 1)]
+                m.d.sync += since_last.eq(1)
+                m.d.comb += spaced_n.eq(S <= 1)
             with m.Else():
-                m.d.sync += [since_last.eq(Mux(since_last < S, since_last + 1, S)),
-                             spaced.eq(since_last >= S - 1)]
+                m.d.sync += since_last.eq(Mux(since_last < S, since_last + 1, S))
+                m.d.comb += spaced_n.eq(since_last >= S - 1)
             with m.If(issue):
                 with m.If(is_last):
-                    m.d.sync += [kk_left.eq(cur_k_m1), is_first.eq(1), is_last.eq(cur_k_one)]
+                    m.d.sync += [kk_left.eq(cur_k_m1), is_first.eq(1)]
+                    m.d.comb += is_last_n.eq(cur_k_one)
                 with m.Else():
-                    m.d.sync += [kk_left.eq(kk_left - 1), is_first.eq(0),
-                                 is_last.eq(kk_left == 1)]
+                    m.d.sync += [kk_left.eq(kk_left - 1), is_first.eq(0)]
+                    m.d.comb += is_last_n.eq(kk_left == 1)
                 with m.If(is_last):
                     m.d.sync += [
                         descs[desc_wr].eq(new_desc),
@@ -292,15 +301,14 @@ class MatmulEngine(wiring.Component):
                         m.d.sync += [cur_col0.eq(cur_col0 + C), cols_left.eq(cols_left - C),
                                      row_end.eq(cols_left <= 2 * C)]
                     with m.If(cmd_end):
-                        m.d.sync += busy.eq(0)
+                        m.d.comb += busy_n.eq(0)
             with m.If(cmd_take):
                 # A rejected command is loaded too, but leaves busy low. Raw results go through
                 # the requantization datapath as x * 1 >> 0.
+                m.d.comb += [busy_n.eq(cmd_ok), is_last_n.eq(cmd.k == 1)]
                 m.d.sync += [
-                    busy.eq(cmd_ok),
                     kk_left.eq(cmd.k - 1),
                     is_first.eq(1),
-                    is_last.eq(cmd.k == 1),
                     cur_k_m1.eq(cmd.k - 1),
                     cur_k_one.eq(cmd.k == 1),
                     cur_row0.eq(0),
