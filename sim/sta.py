@@ -1,6 +1,6 @@
 """Static timing over nextpnr's routed SDF: every register-to-register endpoint, worst first.
 
-``python -m sim.sta build/synth/ecp5/routed.sdf [--period NS] [--paths N]``
+``python -m sim.sta build/synth/ecp5/routed.sdf [--period NS] [--paths N] [--block PREFIX]``
 
 nextpnr's report names one critical path per clock. To fix timing one needs the whole set of
 failing endpoints, and ``make synth ... --sdf`` (``python -m sim.synth --sdf``) writes the
@@ -25,7 +25,7 @@ import sys
 from collections import defaultdict
 from dataclasses import dataclass
 
-__all__ = ["TimingGraph", "parse_sdf", "main"]
+__all__ = ["TimingGraph", "block_endpoints", "parse_sdf", "main"]
 
 _TOKEN = re.compile(r'\(|\)|"[^"]*"|(?:\\.|[^\s()"])+')
 _CLOCK_PIN = re.compile(r"CLK[A-Z0-9]*|WCK")
@@ -162,10 +162,22 @@ class TimingGraph:
                          if src not in self._arrival and src not in open_)
         return self._arrival[node]
 
-    def endpoints(self) -> list[Endpoint]:
-        """Every timed endpoint, latest first."""
+    def endpoints(self, starts=None, ends=None) -> list[Endpoint]:
+        """Every timed endpoint, latest first. ``starts`` / ``ends``, if given, are predicates
+        on instance names: only paths from start instances with ``starts(name)`` true are
+        timed, and only endpoints with ``ends(name)`` true are listed."""
+        if starts is not None:
+            saved = self.start, self._arrival, self._pred
+            self.start = {k: v for k, v in self.start.items() if starts(k[0])}
+            self._arrival, self._pred = {}, {}
+            try:
+                return self.endpoints(ends=ends)
+            finally:
+                self.start, self._arrival, self._pred = saved
         out = []
         for node, su in self.setup.items():
+            if ends is not None and not ends(node[0]):
+                continue
             a = self.arrival(node)
             if a == float("-inf"):
                 continue
@@ -181,6 +193,17 @@ class TimingGraph:
             out.append(Endpoint(a + su, node[0], node[1], tuple(reversed(path))))
         out.sort(key=lambda e: -e.arrival_ns)
         return out
+
+
+def block_endpoints(graph: TimingGraph, prefix: str) -> list[Endpoint]:
+    """The endpoints of every path that starts or ends in instances named ``prefix...`` (a
+    block inside a wrapper): paths that start and end outside it are not timed. Latest
+    first."""
+    inside = lambda name: name.startswith(prefix)
+    eps = graph.endpoints(ends=inside)
+    eps += graph.endpoints(starts=inside, ends=lambda name: not inside(name))
+    eps.sort(key=lambda e: -e.arrival_ns)
+    return eps
 
 
 def _family(name: str) -> str:
@@ -223,6 +246,10 @@ def main(argv=None) -> int:
     ap.add_argument("--period", type=float, default=10.0, help="clock period in ns (10)")
     ap.add_argument("--paths", type=int, default=20,
                     help="paths to print, one per source/destination group (20)")
+    ap.add_argument("--block", metavar="PREFIX",
+                    help="time only paths that start or end in instances named PREFIX... "
+                    "(for sim.synth's wrapped top: --block top. leaves out the paths inside "
+                    "the wrapper)")
     args = ap.parse_args(argv)
     if not args.period > 0:
         print(f"error: --period must be > 0 ns, not {args.period:g}", file=sys.stderr)
@@ -233,7 +260,8 @@ def main(argv=None) -> int:
     except (OSError, ValueError) as e:
         print(f"error: {args.sdf}: {e}", file=sys.stderr)
         return 2
-    print(format_endpoints(graph.endpoints(), args.period, args.paths, graph.cell_type))
+    eps = block_endpoints(graph, args.block) if args.block else graph.endpoints()
+    print(format_endpoints(eps, args.period, args.paths, graph.cell_type))
     return 0
 
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from sim.sta import TimingGraph, format_endpoints, parse_sdf
+from sim.sta import TimingGraph, block_endpoints, format_endpoints, parse_sdf
 from sim.synth import REPO_ROOT
 
 # ff_a --net--> lut1 --net--> lut2 --net--> ff_c.DI ; ff_b --net--> lut2 ; a slower branch
@@ -75,6 +75,22 @@ def test_longest_paths_clock_starts_setup_and_escaped_names():
     assert "slack -0.420" in text and "end  ff_c.CE" in text
 
 
+def test_block_endpoints_leave_out_paths_outside_the_block():
+    g = TimingGraph(SDF)
+    # Block "ff_b": paths from ff_b (to DI via lut2, to CE via a/b); ff_a's path to DI, the
+    # worst one at DI, starts and ends outside the block.
+    eps = {e.pin: e for e in block_endpoints(g, "ff_b")}
+    assert eps["DI"].arrival_ns == pytest.approx(0.3 + 1.0 + 0.24 + 0.07)
+    assert eps["DI"].path[0][0] == "ff_b"
+    assert eps["CE"].arrival_ns == pytest.approx(2.42)
+    # Block "ff_c": every path ends there, so all are timed as before.
+    assert [e.arrival_ns for e in block_endpoints(g, "ff_c")] == \
+        [e.arrival_ns for e in g.endpoints()]
+    # A block no path touches: nothing is timed; the graph itself is unchanged.
+    assert block_endpoints(g, "lut9") == []
+    assert g.endpoints()[1].arrival_ns == pytest.approx(1.75)
+
+
 def test_malformed_sdf_is_refused():
     with pytest.raises(ValueError, match="DELAYFILE"):
         parse_sdf("(CELL (INSTANCE x))")
@@ -91,6 +107,9 @@ def test_command_line(tmp_path):
                                     capture_output=True, text=True)
     ok = run(str(sdf), "--period", "3")
     assert ok.returncode == 0 and "0 over 3 ns" in ok.stdout
+    block = run(str(sdf), "--period", "2", "--block", "ff_b")
+    assert block.returncode == 0 and "2 timed endpoints; 1 over 2 ns" in block.stdout
+    assert "worst 2.420 ns" in block.stdout
     assert run(str(tmp_path / "none.sdf")).returncode == 2
     bad = run(str(sdf), "--period", "0")
     assert bad.returncode == 2 and "--period" in bad.stderr

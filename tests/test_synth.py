@@ -26,8 +26,8 @@ from hw.attention_top import AttentionTop
 from hw.synth_wrapper import CHANNELS, RegisterSlice, SynthWrapper
 from hw.verilog import REPO_ROOT
 from sim.synth import (DEVICES, absorb_bram_output_registers, count_cells,
-                       declare_no_rw_collisions, fit_problems, promote_control_nets, resources,
-                       summarize_critical_path)
+                       declare_no_rw_collisions, fit_problems, format_summary,
+                       promote_control_nets, resources, summarize_critical_path)
 from sim.yowasp import run_yosys
 from tests.axil_spec import ID, SEQ_LEN
 from tests.test_axi_lite_unit import AxilMaster
@@ -354,3 +354,22 @@ def test_ice40_synthesis_reports_what_does_not_fit():
     assert report["dsps"] > report["available"]["dsps"] == 8
     assert any(p.startswith("dsps: needs") for p in report["fit_problems"])
     assert "DOES NOT FIT" in proc.stdout
+
+
+def test_summary_gives_both_routed_figures():
+    timing = lambda failing, worst, extra="": {
+        "timed_endpoints": 1000, "failing_endpoints": failing, "worst_ns": worst,
+        "fmax_mhz": round(1000 / worst, 1), "list": "python -m sim.sta x/routed.sdf" + extra}
+    report = {"bram_unit": "DP16KD (18 kbit)", "config": "default", "device": "LFE5U-85F",
+              "target": "ecp5", "wrapper": {"io": "full", "slices": 2}, "resources": {},
+              "fmax_mhz": 90.9, "meets_target": False, "target_mhz": 100,
+              "critical_paths": [], "fits": True, "times_s": {"total_s": 1},
+              "work_dir": "x",
+              "routed_timing": {"file": "routed.sdf", **timing(7, 11.0),
+                                "attention_top": timing(0, 9.5, " --block top.")}}
+    text = format_summary(report)
+    assert "Fmax 90.9 MHz, target 100 MHz: misses by 9.1 %" in text
+    assert "2 register slice(s) per channel" in text
+    assert "routed SDF: 7 of 1000 register endpoints miss" in text
+    assert "(the wrapper's own left out): 0 of 1000 miss, worst 9.5 ns, 105.3 MHz" in text
+    assert "--block top." in text
