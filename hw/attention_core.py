@@ -297,9 +297,11 @@ class AttentionCore(wiring.Component):
         btn, bc = divmod_const(bch, C)
         wd_w_addr = Signal(range(4 * G * TN * D4), reset_less=True)
         wd_b_addr = Signal(range(4 * G * TN), reset_less=True)
-        wd_w_lane, wd_b_lane = Signal(range(C), reset_less=True), Signal(range(C), reset_less=True)
-        wd_w_engine = Signal(range(E), reset_less=True)
-        wd_b_engine = Signal(range(E), reset_less=True)
+        # (at least one bit each, so that no zero-width signal reaches the Verilog)
+        wd_w_lane = Signal(range(max(C, 2)), reset_less=True)
+        wd_b_lane = Signal.like(wd_w_lane)
+        wd_w_engine = Signal(range(max(E, 2)), reset_less=True)
+        wd_b_engine = Signal.like(wd_w_engine)
         wd_data, wd_strb = Signal(32, reset_less=True), Signal(4, reset_less=True)
         wd_w_en, wd_b_en = Signal(), Signal()    # a weight / a (whole-word) bias write
         w_is_bias = ww_addr >= 4 * self.matrix_words
