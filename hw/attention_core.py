@@ -117,6 +117,13 @@ def check_core_config(cfg: AttentionConfig) -> None:
         raise ValueError(f"attention_top supports prob_bits <= 8, not {cfg.prob_bits}")
 
 
+def _or_all(values):
+    out = values[0]
+    for v in values[1:]:
+        out = out | v
+    return out
+
+
 def fork(m, name, s1_valid, readies):
     """Offer one registered beat to several consumers that may take it in different cycles.
 
@@ -469,9 +476,13 @@ class AttentionCore(wiring.Component):
         sd_amask, sd_bmask = Signal(R), Signal(C)
         sd_attn_e = Signal(range(max(E, 2)))
         sd_src_a, sd_src_b = Signal(3), Signal(2)
-        sb_amask, sb_bmask = Signal(R), Signal(C)
-        sb_src_a, sb_src_b = Signal(3), Signal(2)
-        sb_attn_e = Signal.like(sd_attn_e)
+        sb_bmask = Signal(C)
+        sb_src_b = Signal(2)
+        # One-hot A-source flags per row, with the row mask folded in (registers loaded with
+        # sb): a_beat[r] is then an AND-OR of the sources, two LUT levels, instead of a
+        # source multiplexer, the engine choice for the attention buffers, and the mask.
+        a_sources = [A_X, A_KV, A_Q, A_P] + [(A_ATTN, ee) for ee in range(E)]
+        sb_ahot = {src: Signal(R, name=f"sb_ahot{i}") for i, src in enumerate(a_sources)}
 
         # Last beat of the tile, last column tile, last row tile: registers, updated with the
         # counters (their compares would otherwise sit between the counters and f_active).
@@ -493,9 +504,11 @@ class AttentionCore(wiring.Component):
                          sd_amask.eq(s1_amask), sd_bmask.eq(s1_bmask),
                          sd_attn_e.eq(s1_attn_e), sd_src_a.eq(s1_src_a),
                          sd_src_b.eq(s1_src_b)]
-            m.d.sync += [sb_amask.eq(sd_amask), sb_bmask.eq(sd_bmask),
-                         sb_src_a.eq(sd_src_a), sb_src_b.eq(sd_src_b),
-                         sb_attn_e.eq(sd_attn_e)]
+            m.d.sync += [sb_bmask.eq(sd_bmask), sb_src_b.eq(sd_src_b)]
+            for src, flags in sb_ahot.items():
+                hit = ((sd_src_a == A_ATTN) & (sd_attn_e == src[1]) if isinstance(src, tuple)
+                       else sd_src_a == src)
+                m.d.sync += flags.eq(sd_amask & hit.replicate(R))
             m.d.sync += [s1_a_lane.eq(s0_a_lane), s1_b_lane.eq(s0_b_lane),
                          s1_amask.eq(s0_amask), s1_bmask.eq(s0_bmask),
                          s1_attn_e.eq(s0_attn_e), s1_src_a.eq(s0_src_a),
@@ -600,12 +613,17 @@ class AttentionCore(wiring.Component):
                 pb = stage_reg(f"sb_p{e}_{r}",
                                byte_of(stage_reg(f"sd_p{e}_{r}", p_rp[r].data), sd_a_lane, L,
                                        PB))
-                ab = Array(attn_sb[ee][r] for ee in range(E))[sb_attn_e]
-                val = select(f"a{e}_{r}", signed(a_width), sb_src_a, {
-                    A_X: xb.as_signed(), A_KV: kvb.as_signed(), A_Q: qb.as_signed(),
-                    A_P: pb,                     # unsigned probability
-                    A_ATTN: ab.as_signed()})
-                a_beat.append(Mux(sb_amask[r], val, 0).as_signed())
+                values = {A_X: xb.as_signed(), A_KV: kvb.as_signed(), A_Q: qb.as_signed(),
+                          A_P: pb,                     # unsigned probability
+                          **{(A_ATTN, ee): attn_sb[ee][r].as_signed() for ee in range(E)}}
+                terms = []
+                for src, value in values.items():
+                    wide = Signal(signed(a_width), name=f"a{e}_{r}_src{len(terms)}")
+                    m.d.comb += wide.eq(value)
+                    terms.append(wide.as_unsigned() & sb_ahot[src][r].replicate(a_width))
+                val = Signal(signed(a_width), name=f"a{e}_{r}")
+                m.d.comb += val.eq(_or_all(terms))
+                a_beat.append(val)
             b_width = eng.b.payload.shape().elem_shape.width
             for c in range(C):
                 wb = stage_reg(f"sb_w{e}_{c}",
