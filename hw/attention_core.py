@@ -38,6 +38,8 @@ wwin_en, wwin_addr, wwin_data, wwin_strb : In
     after ``start``, and the register block refuses window writes while ``busy``.
 busy, done, error, error_cause, cycles, busy_cycles : Out
     Status: ``done``/``error`` are one-cycle strobes; ``error_cause`` is valid with ``error``.
+    ``done`` comes the cycle after the last output word's handshake, with ``cycles`` and
+    ``busy_cycles`` already updated; ``busy`` falls in the same cycle.
 
 Latency and throughput: :func:`hw.perf_layer.layer_timing`, a cycle model that the unit tests
 hold equal to ``cycles`` and ``stall_cycles`` exactly.
@@ -1091,8 +1093,14 @@ class AttentionCore(wiring.Component):
                      self.y_out.payload.data.eq(word),
                      self.y_out.payload.last.eq(os2_last)]
         stream_end = self.y_out.valid & self.y_out.ready & self.y_out.payload.last
+        # done is a register, a cycle after the last word: as a combinational strobe it was
+        # one LUT shared by the streamer and the register block's DONE, placed by the
+        # register block, and y_out's handshake crossed the die through it into st_active.
+        # busy stays high through that cycle, so BUSY falls as DONE rises.
+        done_r = Signal()
+        m.d.sync += done_r.eq(stream_end)
+        m.d.comb += self.done.eq(done_r)
         with m.If(stream_end):
-            m.d.comb += self.done.eq(1)
             m.d.sync += [st_active.eq(0), self.cycles.eq(now - st_t0),
                          self.busy_cycles.eq(st_busy), self.stall_cycles.eq(st_stall)]
 
@@ -1238,7 +1246,7 @@ class AttentionCore(wiring.Component):
             self.error_cause.eq(ld_cause
                                 | Mux(run_error, 1 << ERROR_CAUSES["ENGINE_FAULT"], 0)),
             self.busy.eq(load_fsm.ongoing("LOAD") | load_fsm.ongoing("WAIT")
-                         | ~seq_fsm.ongoing("IDLE") | st_active),
+                         | ~seq_fsm.ongoing("IDLE") | st_active | done_r),
         ]
 
         return m
