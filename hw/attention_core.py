@@ -665,47 +665,49 @@ class AttentionCore(wiring.Component):
             opq_ptrs.append((wr, rd))
 
         # ------------------------------------------------------------ bias fetch
-        bf_active = Signal()
-        bf_row_end = Signal.like(row_end, init=R)     # (tile row + 1) * R, as a register
-        bf_tn = Signal.like(f_tn)
-        # The read address (job_w * G + job_lh) * TN + bf_tn, counted in a register with
-        # bf_tn (the arithmetic sat in front of the bias buffer's address pins); bf_base is
-        # the tile row's first address.
-        bf_base = Signal(range(4 * G * TN))
-        bf_addr = Signal.like(bf_base)
-        bs1_valid = Signal()
-        bias_valids, b_adv = fork(m, "bias", bs1_valid, [eng.bias.ready for eng in engines])
-        b_rps = [b_mem[e].read_port() for e in range(E)]
+        # One bias fetch per engine, each from its own bias buffer and advanced by its own
+        # engine's ready only: a shared fetch forked to both engines had its advance, a
+        # function of both readies from the two ends of the die, on the routed top's worst
+        # paths. The engines run in lock-step on the shared operand fetch, so the fetches
+        # stay in step too; each counts its read address and its last-tile and last-row
+        # flags in registers, so the advance meets no compare on its way to the enables.
+        bf_busy = []                # per engine: its bias fetch holds or fetches a beat
         for e, eng in enumerate(engines):
-            m.d.comb += [
-                b_rps[e].addr.eq(bf_addr),
-                b_rps[e].en.eq(b_adv),
-                eng.bias.valid.eq(bias_valids[e]),
-            ]
+            bf_active = Signal(name=f"bf{e}_active")
+            bf_row_end = Signal.like(row_end, init=R, name=f"bf{e}_row_end")   # (row+1) * R
+            bf_tn = Signal.like(f_tn, name=f"bf{e}_tn")
+            # The read address (job_w * G + job_lh) * TN + bf_tn; bf_base is the tile row's
+            # first address.
+            bf_base = Signal(range(4 * G * TN), name=f"bf{e}_base")
+            bf_addr = Signal.like(bf_base, name=f"bf{e}_addr")
+            bs1_valid = Signal(name=f"bf{e}_s1_valid")
+            bf_last_tn = Signal(name=f"bf{e}_last_tn")      # bf_tn * C + C >= job_n
+            bf_last_row = Signal(name=f"bf{e}_last_row")    # bf_row_end >= job_m
+            b_adv = ~bs1_valid | eng.bias.ready
+            b_rp = b_mem[e].read_port()
+            m.d.comb += [b_rp.addr.eq(bf_addr), b_rp.en.eq(b_adv),
+                         eng.bias.valid.eq(bs1_valid)]
             for c in range(C):
                 m.d.comb += eng.bias.payload[c].eq(
-                    b_rps[e].data[cfg.bias_bits * c:cfg.bias_bits * (c + 1)].as_signed())
-        # "Last column tile of the row" and "last row tile", registers computed with the
-        # counters: the bias fork's advance (a function of both engines' readies, from the
-        # two ends of the die) then meets no compare on its way to the enables.
-        bf_last_tn = Signal()       # bf_tn * C + C >= job_n
-        bf_last_row = Signal()      # bf_row_end >= job_m
-        with m.If(b_adv):
-            m.d.sync += bs1_valid.eq(bf_active)
-            with m.If(bf_active):
-                m.d.sync += [bf_tn.eq(bf_tn + 1), bf_addr.eq(bf_addr + 1),
-                             bf_last_tn.eq(bf_tn * C + 2 * C >= job_n)]
-                with m.If(bf_last_tn):
-                    m.d.sync += [bf_tn.eq(0), bf_addr.eq(bf_base), bf_last_tn.eq(C >= job_n),
-                                 bf_row_end.eq(bf_row_end + R),
-                                 bf_last_row.eq(bf_row_end + R >= job_m)]
-                    with m.If(bf_last_row):
-                        m.d.sync += bf_active.eq(0)
-        with m.If(job_go):
-            first = (job_w * G + job_lh) * TN
-            m.d.sync += [bf_active.eq(job_bias), bf_row_end.eq(R), bf_tn.eq(0),
-                         bf_base.eq(first), bf_addr.eq(first),
-                         bf_last_tn.eq(C >= job_n), bf_last_row.eq(R >= job_m)]
+                    b_rp.data[cfg.bias_bits * c:cfg.bias_bits * (c + 1)].as_signed())
+            with m.If(b_adv):
+                m.d.sync += bs1_valid.eq(bf_active)
+                with m.If(bf_active):
+                    m.d.sync += [bf_tn.eq(bf_tn + 1), bf_addr.eq(bf_addr + 1),
+                                 bf_last_tn.eq(bf_tn * C + 2 * C >= job_n)]
+                    with m.If(bf_last_tn):
+                        m.d.sync += [bf_tn.eq(0), bf_addr.eq(bf_base),
+                                     bf_last_tn.eq(C >= job_n),
+                                     bf_row_end.eq(bf_row_end + R),
+                                     bf_last_row.eq(bf_row_end + R >= job_m)]
+                        with m.If(bf_last_row):
+                            m.d.sync += bf_active.eq(0)
+            with m.If(job_go):
+                first = (job_w * G + job_lh) * TN
+                m.d.sync += [bf_active.eq(job_bias), bf_row_end.eq(R), bf_tn.eq(0),
+                             bf_base.eq(first), bf_addr.eq(first),
+                             bf_last_tn.eq(C >= job_n), bf_last_row.eq(R >= job_m)]
+            bf_busy.append((bf_active, bs1_valid))
 
         # ------------------------------------------------------------ result writers
         res_done = Signal(E)
@@ -1127,7 +1129,8 @@ class AttentionCore(wiring.Component):
         job_idle = Signal()
         m.d.comb += job_idle.eq((res_done == (1 << E) - 1) & ~f_active & ~s0_valid
                                 & ~s1_valid & ~sd_valid & ~sb_valid & (opq_valid == 0)
-                                & ~bf_active & ~bs1_valid & (cmd_pending == 0))
+                                & ~_or_all([a | v for a, v in bf_busy])
+                                & (cmd_pending == 0))
         # Registered (one cycle later), so the sequencer's decisions start from a flip-flop;
         # job_go masks the one cycle in which it still shows the job just launched as done.
         job_done = Signal()
@@ -1155,12 +1158,12 @@ class AttentionCore(wiring.Component):
             with m.If(fault):
                 m.d.comb += run_error.eq(1)
                 m.d.sync += [running.eq(0), f_active.eq(0), s0_valid.eq(0), s1_valid.eq(0),
-                             sd_valid.eq(0), sb_valid.eq(0), bf_active.eq(0),
-                             bs1_valid.eq(0), sf_active.eq(0), ss1_valid.eq(0),
+                             sd_valid.eq(0), sb_valid.eq(0), sf_active.eq(0), ss1_valid.eq(0),
                              ss2_valid.eq(0),
                              cmd_pending.eq(0), advance.eq(1), opq_valid.eq(0)]
                 m.d.sync += [c.eq(0) for c in opq_count]
                 m.d.sync += [p.eq(0) for ptrs in opq_ptrs for p in ptrs]
+                m.d.sync += [f.eq(0) for flags in bf_busy for f in flags]
                 m.next = "IDLE"
 
         with m.FSM(name="seq") as seq_fsm:
