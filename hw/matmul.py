@@ -52,8 +52,10 @@ class MatmulEngine(wiring.Component):
     the engine takes the ``cmd`` beat and pulses ``error`` for one cycle in the next cycle; no
     operand, bias or result beat belongs to it, and the next command proceeds normally.
 
-    Commands are pipelined: the next command is taken in the step the current one issues its
-    final operand beat, so back-to-back commands and consecutive tiles keep the array busy.
+    Commands are pipelined: ``cmd.ready`` is a flip-flop (a one-entry command register,
+    free while no command waits in it), and a waiting command starts in the step the current
+    one issues its final operand beat, so back-to-back commands and consecutive tiles keep the
+    array busy. A command taken by an idle engine starts a cycle later.
     The ``bias`` beat of a tile may arrive at any time before its rows leave the array; the
     engine stalls (without losing anything) until it does, so a producer must not hold it
     back until later operand beats have been taken.
@@ -229,10 +231,41 @@ class MatmulEngine(wiring.Component):
         since_last = Signal(range(S + 1), init=S)
         spaced = Signal(init=1)                          # since_last >= S
 
+        # Command register: a beat is checked and decoded as it is taken (cmd.ready is
+        # ~cq_valid, a flip-flop), and the tile counters load from these registers. The
+        # command comes from the core's job registers, often far from this engine; the
+        # checks and the k - 1 subtraction then no longer share a cycle with that route,
+        # and the take below depends on this engine's flip-flops and the operand valids only.
         cmd = self.cmd.payload
         cmd_ok = ((cmd.m >= 1) & (cmd.m <= self.max_m) & (cmd.n >= 1) & (cmd.n <= self.max_n)
                   & (cmd.k >= 1) & (cmd.k <= self.max_k)
                   & (~cmd.requant_en | ((cmd.shift >= 1) & (cmd.shift <= 62))))
+        cq_valid = Signal()
+        cq_m = Signal.like(rows_left, reset_less=True)
+        cq_n = Signal.like(cur_n, reset_less=True)
+        cq_k_m1 = Signal.like(cur_k_m1, reset_less=True)
+        cq_k_one = Signal(reset_less=True)
+        cq_n_le_c = Signal(reset_less=True)
+        cq_m_le_r = Signal(reset_less=True)
+        cq_bias_en = Signal(reset_less=True)
+        cq_requant_en = Signal(reset_less=True)
+        cq_mult = Signal.like(cur_mult, reset_less=True)
+        cq_shift_m1 = Signal.like(cur_shift_m1, reset_less=True)
+        cmd_in = self.cmd.valid & ~cq_valid
+        m.d.comb += self.cmd.ready.eq(~cq_valid)
+        # A rejected command is taken but not kept: error pulses in the next cycle.
+        m.d.sync += self.error.eq(cmd_in & ~cmd_ok)
+        with m.If(cmd_in):
+            m.d.sync += [
+                cq_valid.eq(cmd_ok),
+                cq_m.eq(cmd.m), cq_n.eq(cmd.n),
+                cq_k_m1.eq(cmd.k - 1), cq_k_one.eq(cmd.k == 1),
+                cq_n_le_c.eq(cmd.n <= C), cq_m_le_r.eq(cmd.m <= R),
+                cq_bias_en.eq(cmd.bias_en), cq_requant_en.eq(cmd.requant_en),
+                # Raw results go through the requantization datapath as x * 1 >> 0.
+                cq_mult.eq(Mux(cmd.requant_en, cmd.mult, 1)),
+                cq_shift_m1.eq(Mux(cmd.requant_en, cmd.shift - 1, 0)),
+            ]
 
         # feeding = busy & (~is_last | spaced), a register computed from the three flags'
         # next values (busy_n, is_last_n, spaced_n): the handshakes, the command take and the
@@ -250,19 +283,19 @@ class MatmulEngine(wiring.Component):
         rows_end = Signal(init=1)
         cmd_end = row_end & rows_end
         finishing = issue & is_last & cmd_end
-        cmd_take = self.cmd.valid & self.cmd.ready
+        cmd_take = cq_valid & go & (~busy | finishing)
+        with m.If(cmd_take):
+            m.d.sync += cq_valid.eq(0)
 
         m.d.comb += [
             self.a.ready.eq(go & feeding & self.b.valid),
             self.b.ready.eq(go & feeding & self.a.valid),
-            self.cmd.ready.eq(go & (~busy | finishing)),
             array.valid.eq(issue),
             array.a.eq(self.a.payload),
             array.b.eq(self.b.payload),
             array.first.eq(issue & is_first),
             array.last.eq(issue & is_last),
         ]
-        m.d.sync += self.error.eq(cmd_take & ~cmd_ok)
 
         new_desc = Signal(desc_layout)
         m.d.comb += [
@@ -303,25 +336,23 @@ class MatmulEngine(wiring.Component):
                     with m.If(cmd_end):
                         m.d.comb += busy_n.eq(0)
             with m.If(cmd_take):
-                # A rejected command is loaded too, but leaves busy low. Raw results go through
-                # the requantization datapath as x * 1 >> 0.
-                m.d.comb += [busy_n.eq(cmd_ok), is_last_n.eq(cmd.k == 1)]
+                m.d.comb += [busy_n.eq(1), is_last_n.eq(cq_k_one)]
                 m.d.sync += [
-                    kk_left.eq(cmd.k - 1),
+                    kk_left.eq(cq_k_m1),
                     is_first.eq(1),
-                    cur_k_m1.eq(cmd.k - 1),
-                    cur_k_one.eq(cmd.k == 1),
+                    cur_k_m1.eq(cq_k_m1),
+                    cur_k_one.eq(cq_k_one),
                     cur_row0.eq(0),
                     cur_col0.eq(0),
-                    rows_left.eq(cmd.m),
-                    cols_left.eq(cmd.n),
-                    row_end.eq(cmd.n <= C),
-                    rows_end.eq(cmd.m <= R),
-                    cur_n.eq(cmd.n),
-                    cur_bias_en.eq(cmd.bias_en),
-                    cur_requant_en.eq(cmd.requant_en),
-                    cur_mult.eq(Mux(cmd.requant_en, cmd.mult, 1)),
-                    cur_shift_m1.eq(Mux(cmd.requant_en, cmd.shift - 1, 0)),
+                    rows_left.eq(cq_m),
+                    cols_left.eq(cq_n),
+                    row_end.eq(cq_n_le_c),
+                    rows_end.eq(cq_m_le_r),
+                    cur_n.eq(cq_n),
+                    cur_bias_en.eq(cq_bias_en),
+                    cur_requant_en.eq(cq_requant_en),
+                    cur_mult.eq(cq_mult),
+                    cur_shift_m1.eq(cq_shift_m1),
                 ]
 
         # ---------------------------------------------------------- descriptor read-out
