@@ -476,8 +476,6 @@ class AttentionCore(wiring.Component):
         s0_attn_e, s1_attn_e = Signal(range(max(E, 2))), Signal(range(max(E, 2)))
         s0_src_a, s1_src_a = Signal(3), Signal(3)
         s0_src_b, s1_src_b = Signal(2), Signal(2)
-        sd_a_lane = Signal.like(a_lane, name="sd_a_lane")
-        sd_b_lane = Signal.like(b_lane, name="sd_b_lane")
         sd_amask, sd_bmask = Signal(R), Signal(C)
         sd_attn_e = Signal(range(max(E, 2)))
         sd_src_a, sd_src_b = Signal(3), Signal(2)
@@ -505,8 +503,7 @@ class AttentionCore(wiring.Component):
         with m.If(advance):
             m.d.sync += [s0_valid.eq(f_go), s1_valid.eq(s0_valid), sd_valid.eq(s1_valid),
                          sb_valid.eq(sd_valid)]
-            m.d.sync += [sd_a_lane.eq(s1_a_lane), sd_b_lane.eq(s1_b_lane),
-                         sd_amask.eq(s1_amask), sd_bmask.eq(s1_bmask),
+            m.d.sync += [sd_amask.eq(s1_amask), sd_bmask.eq(s1_bmask),
                          sd_attn_e.eq(s1_attn_e), sd_src_a.eq(s1_src_a),
                          sd_src_b.eq(s1_src_b)]
             m.d.sync += [sb_bmask.eq(sd_bmask), sb_src_b.eq(sd_src_b)]
@@ -551,14 +548,33 @@ class AttentionCore(wiring.Component):
                         m.d.comb += val.eq(value)
             return val
 
-        def byte_of(word, idx, nbytes, width=8):
-            """Element ``idx`` (a Signal) of a word of ``nbytes`` elements of ``width`` bits."""
+        def byte_of(word, idx, nbytes, width=8, key=0):
+            """Element ``idx ^ key`` (``idx`` a Signal) of a word of ``nbytes`` elements of
+            ``width`` bits (``key``: see ``lane_copy``)."""
             sel = Signal(width)
             with m.Switch(idx):
-                for i in range(nbytes):
-                    with m.Case(i):
-                        m.d.comb += sel.eq(word[i * width:(i + 1) * width])
+                for v in range(1 << len(idx)):
+                    if (v ^ key) < nbytes:
+                        with m.Case(v):
+                            i = v ^ key
+                            m.d.comb += sel.eq(word[i * width:(i + 1) * width])
             return sel
+
+        def lane_copy(name, lane, e):
+            """Engine ``e``'s own copy of a fetch lane select, stored as ``lane ^ e``.
+
+            One shared register fanned out to every engine's lane multiplexers, at both ends
+            of the die (13 failing path groups of one routed run). Equal copies would be
+            merged by synthesis; stored with a different constant XORed in, each is its own
+            flip-flop, placed by its engine, and ``byte_of(..., key=...)`` undoes the XOR in
+            the multiplexer's case table at no cost."""
+            reg = Signal.like(lane, name=name, reset_less=True)
+            with m.If(advance):
+                m.d.sync += reg.eq(lane ^ lane_key(lane, e))
+            return reg
+
+        def lane_key(lane, e):
+            return e & ((1 << len(lane)) - 1)
 
         def stage_reg(name, value):
             """A register of the fetch pipeline (loads when it advances), without reset."""
@@ -587,10 +603,16 @@ class AttentionCore(wiring.Component):
         kv_sd = [stage_reg(f"sd_kv{r}", kv_rp[r].data) for r in range(R)] if kv_rp else None
         attn_sd = [[stage_reg(f"sd_attn{e}_{r}", attn_rp[e][r].data) for r in range(R)]
                    for e in range(E)]
-        # The lane of every engine's attention word, shared by all engines' fetches; the
-        # engine is chosen after this register, with the source (a 16-way multiplexer from
-        # buffers at both ends of the die did not fit one cycle).
-        attn_sb = [[stage_reg(f"sb_attn{ee}_{r}", byte_of(attn_sd[ee][r], sd_a_lane, C))
+        # The lane of every engine's attention word (selected with that engine's lane copy),
+        # shared by all engines' fetches; the engine is chosen after this register, with the
+        # source (a 16-way multiplexer from buffers at both ends of the die did not fit one
+        # cycle).
+        sd_a_lane = [lane_copy(f"sd_a_lane{e}", s1_a_lane, e) for e in range(E)]
+        sd_b_lane = [lane_copy(f"sd_b_lane{e}", s1_b_lane, e) for e in range(E)]
+        akey = [lane_key(s1_a_lane, e) for e in range(E)]
+        bkey = [lane_key(s1_b_lane, e) for e in range(E)]
+        attn_sb = [[stage_reg(f"sb_attn{ee}_{r}",
+                              byte_of(attn_sd[ee][r], sd_a_lane[ee], C, key=akey[ee]))
                     for r in range(R)] for ee in range(E)]
         opq_ptrs = []
         for e, eng in enumerate(engines):
@@ -610,14 +632,16 @@ class AttentionCore(wiring.Component):
             for r in range(R):
                 # sb: the element of each source word (lane multiplexers after the block
                 # RAM outputs); s2: the source the job reads, masked.
-                xb = stage_reg(f"sb_x{e}_{r}", byte_of(x_sd[r], sd_a_lane, 4))
-                kvb = (stage_reg(f"sb_kv{e}_{r}", byte_of(kv_sd[r], sd_a_lane, 4))
+                lane, key = sd_a_lane[e], akey[e]
+                xb = stage_reg(f"sb_x{e}_{r}", byte_of(x_sd[r], lane, 4, key=key))
+                kvb = (stage_reg(f"sb_kv{e}_{r}", byte_of(kv_sd[r], lane, 4, key=key))
                        if kv_rp else xb)
                 qb = stage_reg(f"sb_q{e}_{r}",
-                               byte_of(stage_reg(f"sd_q{e}_{r}", q_rp[r].data), sd_a_lane, C))
+                               byte_of(stage_reg(f"sd_q{e}_{r}", q_rp[r].data), lane, C,
+                                       key=key))
                 pb = stage_reg(f"sb_p{e}_{r}",
-                               byte_of(stage_reg(f"sd_p{e}_{r}", p_rp[r].data), sd_a_lane, L,
-                                       PB))
+                               byte_of(stage_reg(f"sd_p{e}_{r}", p_rp[r].data), lane, L, PB,
+                                       key=key))
                 values = {A_X: xb.as_signed(), A_KV: kvb.as_signed(), A_Q: qb.as_signed(),
                           A_P: pb,                     # unsigned probability
                           **{(A_ATTN, ee): attn_sb[ee][r].as_signed() for ee in range(E)}}
@@ -632,9 +656,11 @@ class AttentionCore(wiring.Component):
             b_width = eng.b.payload.shape().elem_shape.width
             for c in range(C):
                 wb = stage_reg(f"sb_w{e}_{c}",
-                               byte_of(w_sd[32 * c:32 * (c + 1)], sd_b_lane, 4))
+                               byte_of(w_sd[32 * c:32 * (c + 1)], sd_b_lane[e], 4,
+                                       key=bkey[e]))
                 kb = stage_reg(f"sb_k{e}_{c}",
-                               byte_of(stage_reg(f"sd_k{e}_{c}", k_rp[c].data), sd_b_lane, C))
+                               byte_of(stage_reg(f"sd_k{e}_{c}", k_rp[c].data), sd_b_lane[e], C,
+                                       key=bkey[e]))
                 vb = stage_reg(f"sb_v{e}_{c}", v_sd[8 * c:8 * (c + 1)])
                 val = select(f"b{e}_{c}", signed(b_width), sb_src_b, {
                     B_W: wb.as_signed(), B_K: kb.as_signed(), B_V: vb.as_signed()})
