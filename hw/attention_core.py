@@ -692,11 +692,14 @@ class AttentionCore(wiring.Component):
 
         # ------------------------------------------------------------ bias fetch
         # One bias fetch per engine, each from its own bias buffer and advanced by its own
-        # engine's ready only: a shared fetch forked to both engines had its advance, a
-        # function of both readies from the two ends of the die, on the routed top's worst
-        # paths. The engines run in lock-step on the shared operand fetch, so the fetches
-        # stay in step too; each counts its read address and its last-tile and last-row
-        # flags in registers, so the advance meets no compare on its way to the enables.
+        # engine only: a shared fetch forked to both engines had its advance, a function of
+        # both readies from the two ends of the die, on the routed top's worst paths. The
+        # engines run in lock-step on the shared operand fetch, so the fetches stay in step
+        # too. The fetch advances on ``taken``, the engine's handshake registered, not on
+        # the engine's ready itself (that route and the enables did not fit one cycle): the
+        # beat is withdrawn in the cycle after its handshake, while the next one is read, so
+        # one beat per two cycles (the engine takes one per tile, at least max(R, C) cycles
+        # apart). Read address, last-tile and last-row flags are counted in registers.
         bf_busy = []                # per engine: its bias fetch holds or fetches a beat
         for e, eng in enumerate(engines):
             bf_active = Signal(name=f"bf{e}_active")
@@ -709,10 +712,12 @@ class AttentionCore(wiring.Component):
             bs1_valid = Signal(name=f"bf{e}_s1_valid")
             bf_last_tn = Signal(name=f"bf{e}_last_tn")      # bf_tn * C + C >= job_n
             bf_last_row = Signal(name=f"bf{e}_last_row")    # bf_row_end >= job_m
-            b_adv = ~bs1_valid | eng.bias.ready
+            taken = Signal(name=f"bf{e}_taken")              # the beat was taken last cycle
+            m.d.sync += taken.eq(eng.bias.valid & eng.bias.ready)
+            b_adv = ~bs1_valid | taken
             b_rp = b_mem[e].read_port()
             m.d.comb += [b_rp.addr.eq(bf_addr), b_rp.en.eq(b_adv),
-                         eng.bias.valid.eq(bs1_valid)]
+                         eng.bias.valid.eq(bs1_valid & ~taken)]
             for c in range(C):
                 m.d.comb += eng.bias.payload[c].eq(
                     b_rp.data[cfg.bias_bits * c:cfg.bias_bits * (c + 1)].as_signed())
@@ -733,7 +738,7 @@ class AttentionCore(wiring.Component):
                 m.d.sync += [bf_active.eq(job_bias), bf_row_end.eq(R), bf_tn.eq(0),
                              bf_base.eq(first), bf_addr.eq(first),
                              bf_last_tn.eq(C >= job_n), bf_last_row.eq(R >= job_m)]
-            bf_busy.append((bf_active, bs1_valid))
+            bf_busy.append((bf_active, bs1_valid, taken))
 
         # ------------------------------------------------------------ result writers
         res_done = Signal(E)
@@ -741,26 +746,32 @@ class AttentionCore(wiring.Component):
         with m.If(job_go):
             m.d.sync += res_done.eq(0)
         for e, eng in enumerate(engines):
-            res = eng.result
-            m.d.comb += res.ready.eq(1)
-            i = res.payload.row
-            tn, _ = divmod_const(res.payload.col, C)
+            # rs: the engine's result beat registered as it is, by the buffers it goes to
+            # (the engine's output register sits by its array; the route gets a cycle of its
+            # own before the address arithmetic below).
+            eng_res = eng.result
+            m.d.comb += eng_res.ready.eq(1)
+            rs_valid = Signal(name=f"rs{e}_valid")
+            rs = Signal.like(eng_res.payload, name=f"rs{e}", reset_less=True)
+            m.d.sync += [rs_valid.eq(eng_res.valid), rs.eq(eng_res.payload)]
+            i = rs.row
+            tn, _ = divmod_const(rs.col, C)
             i_r, i_rr = divmod_const(i, R)
             i_c, i_cc = divmod_const(i, C)
             head_ok = (job_lh * E + e) < cfg.heads
-            bytes_ = Cat(*[res.payload.data[c][:8] for c in range(C)])
-            scores = Cat(*[res.payload.data[c][:SB] for c in range(C)])
-            we = res.valid & head_ok
+            bytes_ = Cat(*[rs.data[c][:8] for c in range(C)])
+            scores = Cat(*[rs.data[c][:SB] for c in range(C)])
+            we = rs_valid & head_ok
             qw = [mm.write_port() for mm in q_mem[e]]
             kw = [mm.write_port() for mm in k_mem[e]]
             vw = v_mem[e].write_port()
             sw = s_mem[e].write_port()
             aw = [mm.write_port() for mm in a_mem[e]]
             ow = o_mem[e].write_port()
-            # The writes happen a cycle after the result beat, from registers (addresses,
-            # enables, data): the address arithmetic gets a cycle of its own instead of
-            # sharing one with the block RAMs' address setup. The counters that let readers
-            # in (res_done, score_rows) move with the writes.
+            # The writes happen a cycle after rs, from registers (addresses, enables, data):
+            # the address arithmetic gets a cycle of its own instead of sharing one with the
+            # block RAMs' address setup. The counters that let readers in (res_done,
+            # score_rows) move with the writes.
             def wreg(name, value):
                 reg = Signal.like(value, name=f"wr{e}_{name}", reset_less=True)
                 m.d.sync += reg.eq(value)
@@ -793,9 +804,8 @@ class AttentionCore(wiring.Component):
             w_score_row = Signal(name=f"wr{e}_score_row")
             # Scores arrive tile by tile (row tiles outer): a row is complete with its beat of
             # the last column tile. The softmax feeder follows this count.
-            m.d.sync += [w_last.eq(res.valid & res.payload.last),
-                         w_score_row.eq(res.valid & (job_dst == D_S)
-                                        & (res.payload.col + C >= job_n))]
+            m.d.sync += [w_last.eq(rs_valid & rs.last),
+                         w_score_row.eq(rs_valid & (job_dst == D_S) & (rs.col + C >= job_n))]
             with m.If(w_last):
                 m.d.sync += res_done[e].eq(1)
             with m.If(w_score_row):
@@ -884,6 +894,9 @@ class AttentionCore(wiring.Component):
         # a register; computing it from the row number was the whole top's critical path.
         prob_incs = []
         pw_counters = []    # reset with prob_rows when a softmax feed starts
+        # Per engine: prob_rows >= seq and prob_rows1 >= seq (see p_ready).
+        prob_all = [(Signal(name=f"prob_all{e}"), Signal(name=f"prob_all1_{e}"))
+                    for e in range(E)]
         for e, sm in enumerate(softmaxes):
             pr = sm.probs
             m.d.comb += pr.ready.eq(1)
@@ -901,6 +914,8 @@ class AttentionCore(wiring.Component):
                 with m.If(pr.payload.last):
                     m.d.sync += [prob_rows[e].eq(prob_rows1[e]),
                                  prob_rows1[e].eq(prob_rows1[e] + 1),
+                                 prob_all[e][0].eq(prob_all[e][1]),
+                                 prob_all[e][1].eq(prob_rows1[e] + 1 >= seq),
                                  pw_rr.eq(pw_rr + 1), pw_addr.eq(pw_base)]
                     with m.If(pw_rr == R - 1):
                         m.d.sync += [pw_rr.eq(0), pw_base.eq(pw_base + KB),
@@ -911,16 +926,21 @@ class AttentionCore(wiring.Component):
         # so the register equals the compare in every cycle of a P.V job. Each choice of the
         # next values is compared from registers (row_end2 = row_end + R, prob_rows1 =
         # prob_rows + 1); the handshakes that pick the next values only select a result.
-        def rows_written(row_end_next, n):
-            return (row_end_next <= n) | (n >= job_m)
+        # "Every row is written" is a register per count (prob_rows >= seq, prob_rows1 >= seq),
+        # moved with the counts: a compare with the job's row count sat at the head of this
+        # path. (seq is the P.V job's m, and a run setting that holds for the whole run.)
+        def rows_written(row_end_next, n, all_rows):
+            return (row_end_next <= n) | all_rows
 
-        def engine_ready(n):
-            return Mux(job_go, rows_written(R, n),
-                       Mux(f_row_adv, rows_written(row_end2, n), rows_written(row_end, n)))
+        def engine_ready(n, all_rows):
+            return Mux(job_go, rows_written(R, n, all_rows),
+                       Mux(f_row_adv, rows_written(row_end2, n, all_rows),
+                           rows_written(row_end, n, all_rows)))
 
         m.d.sync += p_ready.eq(Cat(*[
-            Mux(inc, engine_ready(n1), engine_ready(n))
-            for n, n1, inc in zip(prob_rows, prob_rows1, prob_incs)]).all())
+            Mux(inc, engine_ready(n1, all1), engine_ready(n, all0))
+            for n, n1, inc, (all0, all1) in zip(prob_rows, prob_rows1, prob_incs, prob_all)
+        ]).all())
 
         # ------------------------------------------------------------ input loader
         # IDLE/DRAIN accept START; LOAD writes the stream into buffer ld_set["bank"]; WAIT
@@ -1155,7 +1175,7 @@ class AttentionCore(wiring.Component):
         job_idle = Signal()
         m.d.comb += job_idle.eq((res_done == (1 << E) - 1) & ~f_active & ~s0_valid
                                 & ~s1_valid & ~sd_valid & ~sb_valid & (opq_valid == 0)
-                                & ~_or_all([a | v for a, v in bf_busy])
+                                & ~_or_all([a | (v & ~t) for a, v, t in bf_busy])
                                 & (cmd_pending == 0))
         # Registered (one cycle later), so the sequencer's decisions start from a flip-flop;
         # job_go masks the one cycle in which it still shows the job just launched as done.
@@ -1171,14 +1191,15 @@ class AttentionCore(wiring.Component):
         m.d.sync += engine_flush.eq(fault)
         run_error = Signal()
 
+        # The softmax feed of a scores job starts a cycle after its go pulse, from a register
+        # (the sequencer's decision reached the feeder's and the P writers' counters by both
+        # softmax units in the same cycle); its first read waits for score rows, which come
+        # tens of cycles later.
+        sf_start = Signal()
+        m.d.sync += sf_start.eq(0)
+
         def start_softmax_feed():
-            m.d.sync += [sf_active.eq(1), sf_i.eq(0), sf_b.eq(0), sf_addr.eq(0), sf_base.eq(0),
-                         sf_nb.eq((kvrows + L - 1) // L), sf_last.eq(kvrows <= L),
-                         sf_row_last.eq(seq <= 1)]
-            m.d.sync += [n.eq(0) for n in prob_rows + score_rows]
-            m.d.sync += [n.eq(1) for n in prob_rows1]
-            m.d.sync += [n.eq(0) for n in pw_counters]
-            m.d.sync += sf_rows_ok.eq(0)
+            m.d.sync += sf_start.eq(1)
 
         def abandon_on_fault():
             with m.If(fault):
@@ -1191,6 +1212,17 @@ class AttentionCore(wiring.Component):
                 m.d.sync += [p.eq(0) for ptrs in opq_ptrs for p in ptrs]
                 m.d.sync += [f.eq(0) for flags in bf_busy for f in flags]
                 m.next = "IDLE"
+
+        with m.If(sf_start):
+            m.d.sync += [sf_active.eq(1), sf_i.eq(0), sf_b.eq(0), sf_addr.eq(0), sf_base.eq(0),
+                         sf_nb.eq((kvrows + L - 1) // L), sf_last.eq(kvrows <= L),
+                         sf_row_last.eq(seq <= 1)]
+            m.d.sync += [n.eq(0) for n in prob_rows + score_rows]
+            m.d.sync += [n.eq(1) for n in prob_rows1]
+            m.d.sync += [n.eq(0) for n in pw_counters]
+            m.d.sync += [prob_all[e][0].eq(seq == 0) for e in range(E)]
+            m.d.sync += [prob_all[e][1].eq(seq <= 1) for e in range(E)]
+            m.d.sync += sf_rows_ok.eq(0)
 
         with m.FSM(name="seq") as seq_fsm:
             with m.State("IDLE"):

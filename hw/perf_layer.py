@@ -41,9 +41,9 @@ __all__ = ["LayerTiming", "layer_timing", "stream_bytes_per_cycle", "JOB_OVERHEA
 # Cycles from a job's go pulse to the engine's first operand beat: command and fetch registers.
 FETCH_LATENCY = 6
 # Cycles a job spends beyond matmul_cycles: FETCH_LATENCY before its first beat, then the
-# result write register, the result-done register, the registered job_done and the
-# sequencer's job_done -> job_go step after its last result.
-JOB_OVERHEAD = FETCH_LATENCY + 3
+# result register (rs), the result write register, the result-done register, the registered
+# job_done and the sequencer's job_done -> job_go step after its last result.
+JOB_OVERHEAD = FETCH_LATENCY + 4
 # From START to the first job's go pulse, beyond the input words: the start strobe is
 # sampled into the loader, which hands the loaded sequence to the sequencer (take) one cycle
 # after its last word, and the sequencer raises go the cycle after that.
@@ -109,8 +109,9 @@ def _score_row_times(cfg, seq, kv, start):
     for i in range(seq):
         last_tile = (i // R) * tiles_n + tiles_n - 1
         last_beat = start + (k - 1) + last_tile * step
-        # + 2: the result write register, then the score_rows count.
-        out.append(last_beat + C + ARRAY_LATENCY_EXTRA + i % R + POST_LATENCY + 2)
+        # + 3: the result register (rs), the result write register, then the score_rows
+        # count.
+        out.append(last_beat + C + ARRAY_LATENCY_EXTRA + i % R + POST_LATENCY + 3)
     return out
 
 
