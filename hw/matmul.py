@@ -363,9 +363,17 @@ class MatmulEngine(wiring.Component):
         head_next = Signal(desc_layout)
         m.d.comb += head_next.eq(Mux(advance_desc, descs[desc_rd_next], descs[desc_rd]))
         m.d.sync += head.eq(head_next)
+        desc_rd_next2 = Mux(desc_rd_next == depth - 1, 0, desc_rd_next + 1)
         with m.If(advance_desc):
-            m.d.sync += [desc_rd.eq(desc_rd_next),
-                         desc_rd_next.eq(Mux(desc_rd_next == depth - 1, 0, desc_rd_next + 1))]
+            m.d.sync += [desc_rd.eq(desc_rd_next), desc_rd_next.eq(desc_rd_next2)]
+        # head_next.bias_en for the step enable, from registers: descs[desc_rd_next].bias_en
+        # kept as a register (the descriptor multiplexer sat in front of the enable), and
+        # head.bias_en, which equals descs[desc_rd].bias_en whenever a tile's row 0 is next
+        # (written at least C + 5 steps before).
+        next_bias_en = Signal()
+        m.d.sync += next_bias_en.eq(Mux(advance_desc, descs[desc_rd_next2].bias_en,
+                                        descs[desc_rd_next].bias_en))
+        head_next_bias_en = Mux(advance_desc, next_bias_en, head.bias_en)
 
         # ---------------------------------------------------------- bias buffer
         bias_buf_valid_next = Signal()
@@ -510,7 +518,7 @@ class MatmulEngine(wiring.Component):
         m.d.sync += row_first.eq(row_first_next)
         room_next = out_count + push < OUT_DEPTH
         advance_next = Signal()
-        m.d.comb += advance_next.eq(room_next & ~(row_first_next & head_next.bias_en
+        m.d.comb += advance_next.eq(room_next & ~(row_first_next & head_next_bias_en
                                                   & ~bias_buf_valid_next))
         q7_valid_next = Mux(go, meta[PL + 2].valid, q7.valid)
         push_next = advance_next & q7_valid_next
