@@ -28,7 +28,9 @@ x_in : In(stream) of ``{data: 32, last: 1}``
     Activations: ``seq_len`` rows of d_model int8 (4 per word, element 4a+k in byte k), then in
     cross mode ``kv_len`` rows of the second sequence; ``last`` on the final word of each.
 y_out : Out(stream) of ``{data: 32, last: 1}``
-    The int8 result rows in the same packing; ``last`` on the final word.
+    The int8 result rows in the same packing; ``last`` on the final word. Leaves through a
+    register slice (``valid``, ``data`` and ``last`` from flip-flops; ``ready`` reaches only
+    the slice).
 start, causal, cross, seq_len, kv_len, key_len, rq_* , exp_mult, exp_shift : In
     Run settings, sampled at ``start`` (validated beforehand by the register block).
 wwin_en, wwin_addr, wwin_data, wwin_strb : In
@@ -38,8 +40,9 @@ wwin_en, wwin_addr, wwin_data, wwin_strb : In
     after ``start``, and the register block refuses window writes while ``busy``.
 busy, done, error, error_cause, cycles, busy_cycles : Out
     Status: ``done``/``error`` are one-cycle strobes; ``error_cause`` is valid with ``error``.
-    ``done`` comes the cycle after the last output word's handshake, with ``cycles`` and
-    ``busy_cycles`` already updated; ``busy`` falls in the same cycle.
+    ``done`` comes the cycle after the last output word's handshake and ``busy`` falls in the
+    same cycle; ``cycles``, ``busy_cycles`` and ``stall_cycles`` show that sequence's counts
+    from the cycle after ``done`` (when the register block's STATUS.DONE is set).
 
 Latency and throughput: :func:`hw.perf_layer.layer_timing`, a cycle model that the unit tests
 hold equal to ``cycles`` and ``stall_cycles`` exactly.
@@ -57,6 +60,7 @@ from amaranth.lib.wiring import In, Out
 from golden.config import AttentionConfig
 
 from .matmul import MatmulEngine
+from .register_slice import RegisterSlice
 from .regmap import ERROR_CAUSES as REGMAP_CAUSES
 from .softmax import SoftmaxUnit
 
@@ -1102,7 +1106,11 @@ class AttentionCore(wiring.Component):
         o_wrap = Signal()           # o_col + P == d
         o_issue = st_active & o_more
         o_out = os2_valid & (os2_k == K - 1)
-        o_adv = ~os2_valid | (os2_k != K - 1) | self.y_out.ready
+        # y_out leaves through a register slice: the streamer's enables (about 200 flip-flops
+        # and the output buffers' read enables, by both engines) follow the slice's registered
+        # ready, not y_out.ready, which comes from outside the IP.
+        m.submodules.y_slice = y_slice = RegisterSlice(33)
+        o_adv = ~os2_valid | (os2_k != K - 1) | y_slice.i_ready
         for e in range(E):
             m.d.comb += [o_rps[e].addr.eq(Cat(o_addr, st_bank)),
                          o_rps[e].en.eq(o_adv)]
@@ -1137,19 +1145,24 @@ class AttentionCore(wiring.Component):
             word = Cat(assemble, chunk)
         else:
             word = chunk
-        m.d.comb += [self.y_out.valid.eq(o_out),
-                     self.y_out.payload.data.eq(word),
-                     self.y_out.payload.last.eq(os2_last)]
+        m.d.comb += [y_slice.i_valid.eq(o_out), y_slice.i_data.eq(Cat(word, os2_last)),
+                     self.y_out.valid.eq(y_slice.o_valid),
+                     self.y_out.payload.data.eq(y_slice.o_data[:32]),
+                     self.y_out.payload.last.eq(y_slice.o_data[32]),
+                     y_slice.o_ready.eq(self.y_out.ready)]
         stream_end = self.y_out.valid & self.y_out.ready & self.y_out.payload.last
         # done is a register, a cycle after the last word: as a combinational strobe it was
         # one LUT shared by the streamer and the register block's DONE, placed by the
         # register block, and y_out's handshake crossed the die through it into st_active.
-        # busy stays high through that cycle, so BUSY falls as DONE rises.
+        # busy stays high through that cycle, so BUSY falls as DONE rises. The counters are
+        # loaded from done (their 96 enables were on y_out.ready): the cycle after it.
         done_r = Signal()
         m.d.sync += done_r.eq(stream_end)
         m.d.comb += self.done.eq(done_r)
         with m.If(stream_end):
-            m.d.sync += [st_active.eq(0), self.cycles.eq(now - st_t0),
+            m.d.sync += st_active.eq(0)
+        with m.If(done_r):
+            m.d.sync += [self.cycles.eq(now - 1 - st_t0),
                          self.busy_cycles.eq(st_busy), self.stall_cycles.eq(st_stall)]
 
         # ------------------------------------------------------------ counters

@@ -52,9 +52,9 @@ LOAD_OVERHEAD = 2
 # block RAM read and its data register (ss2).
 SCORE_FEED_LATENCY = 2
 # From the last job's completion to the final output word, beyond one word per 4 / P cycles:
-# the HANDOFF state starts the streamer, whose first buffer read is registered (os2) and then
-# offered.
-STREAM_OVERHEAD = 2
+# the HANDOFF state starts the streamer, whose first buffer read is registered (os2), then
+# the output register slice.
+STREAM_OVERHEAD = 3
 
 
 def _cdiv(a: int, b: int) -> int:
