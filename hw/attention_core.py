@@ -130,29 +130,6 @@ def _or_all(values):
     return out
 
 
-def fork(m, name, s1_valid, readies):
-    """Offer one registered beat to several consumers that may take it in different cycles.
-
-    Returns ``(valids, advance)``: consumer ``i`` sees ``valids[i]`` until it has taken the
-    beat; ``advance`` is high when the stage may load a new beat (empty, or every consumer
-    has taken the current one). Valid never depends on ready, as streams require.
-    """
-    n = len(readies)
-    taken = Signal(n, name=f"{name}_taken")
-    valids = [Signal(name=f"{name}_valid{i}") for i in range(n)]
-    got = []
-    for i in range(n):
-        m.d.comb += valids[i].eq(s1_valid & ~taken[i])
-        got.append(taken[i] | (valids[i] & readies[i]))
-    all_got = Signal(name=f"{name}_all")
-    m.d.comb += all_got.eq(Cat(*got).all())
-    with m.If(s1_valid):
-        m.d.sync += taken.eq(Mux(all_got, 0, Cat(*got)))
-    with m.Else():
-        m.d.sync += taken.eq(0)          # also forgets a beat abandoned with its stage
-    return valids, ~s1_valid | all_got
-
-
 class AttentionCore(wiring.Component):
     def __init__(self, cfg: AttentionConfig):
         check_core_config(cfg)
@@ -817,46 +794,49 @@ class AttentionCore(wiring.Component):
             w_score_rows.append(w_score_row)
 
         # ------------------------------------------------------------ softmax feed
-        sf_active = Signal()
-        sf_i = Signal(range(SEQ + 1))
-        sf_b = Signal(range(KB + 1))
-        sf_nb = Signal(range(KB + 1))
-        ss1_valid = Signal()
-        ss1_row = Signal(lb)
-        ss1_last = Signal()
-        ss1_sel = Signal(range(max(2, C // L)))
-        # ss2: the score words as read (a register straight after the block RAM, which ECP5
-        # synthesis moves into the block's output register), then the lane-group multiplexer
-        # into the softmax unit. ss1 and ss2 advance together.
-        ss2_valid = Signal()
-        ss2_row = Signal(lb)
-        ss2_last = Signal()
-        ss2_sel = Signal.like(ss1_sel)
-        sm_valids, s_adv = fork(m, "sm", ss2_valid, [sm.scores.ready for sm in softmaxes])
-        # sf_b + 1 >= sf_nb (this beat ends its row) and sf_i + 1 >= seq (this row is the
-        # last), kept as registers: they gate the feeder's enables.
-        sf_last = Signal()
-        sf_row_last = Signal()
-        # Beat b holds lanes b*L .. b*L+L-1: score word (b*L) // C, lane group within it.
-        # The read address sf_i * TNk + word is a register counted with them (the adder in
-        # front of the address pins was a near-critical routed path); sf_base = sf_i * TNk.
-        sf_word, sf_lane_group = divmod_const(sf_b, C // L)
-        sf_addr = Signal(range(SEQ * TNk + TNk + 1))
-        sf_base = Signal.like(sf_addr)
-        s_rps = [s_mem[e].read_port() for e in range(E)]
+        # One feeder per engine, from its own score buffer into its own softmax unit, paced
+        # by that unit alone (a shared feeder forked to both units had both readies, from the
+        # two ends of the die, in front of its enables). A row is fed once its engine has
+        # written all of its scores; the engines run in lock-step, so the feeders do too.
+        sfs = []
         for e, sm in enumerate(softmaxes):
+            def sig(name, shape=1, **kw):
+                return Signal(shape, name=f"sf{e}_{name}", **kw)
+            f = {"active": sig("active"), "i": sig("i", range(SEQ + 1)),
+                 "b": sig("b", range(KB + 1)), "nb": sig("nb", range(KB + 1)),
+                 "ss1_valid": sig("ss1_valid"), "ss2_valid": sig("ss2_valid"),
+                 # sf_b + 1 >= sf_nb (this beat ends its row) and sf_i + 1 >= seq (this row
+                 # is the last), kept as registers: they gate the feeder's enables.
+                 "last": sig("last"), "row_last": sig("row_last"),
+                 # sf_i < score_rows[e], a register that follows both counts exactly (the
+                 # compare feeds it, not the feeder's enables).
+                 "rows_ok": sig("rows_ok")}
+            # ss2: the score words as read (a register straight after the block RAM, which
+            # ECP5 synthesis moves into the block's output register), then the lane-group
+            # multiplexer into the softmax unit. ss1 and ss2 advance together.
+            ss1_row, ss2_row = sig("ss1_row", lb), sig("ss2_row", lb)
+            ss1_last, ss2_last = sig("ss1_last"), sig("ss2_last")
+            ss1_sel = sig("ss1_sel", range(max(2, C // L)))
+            ss2_sel = Signal.like(ss1_sel, name=f"sf{e}_ss2_sel")
+            s_adv = ~f["ss2_valid"] | sm.scores.ready
+            # Beat b holds lanes b*L .. b*L+L-1: score word (b*L) // C, lane group within it.
+            # The read address sf_i * TNk + word is a register counted with them (the adder
+            # in front of the address pins was a near-critical routed path); base = i * TNk.
+            sf_word, sf_lane_group = divmod_const(f["b"], C // L)
+            f["addr"] = sig("addr", range(SEQ * TNk + TNk + 1))
+            f["base"] = Signal.like(f["addr"], name=f"sf{e}_base")
+            s_rp = s_mem[e].read_port()
             m.d.comb += [
-                s_rps[e].addr.eq(sf_addr),
-                s_rps[e].en.eq(s_adv),
-                sm.scores.valid.eq(sm_valids[e]),
+                s_rp.addr.eq(f["addr"]), s_rp.en.eq(s_adv),
+                sm.scores.valid.eq(f["ss2_valid"]),
                 sm.scores.payload.row.eq(ss2_row),
                 sm.scores.payload.last.eq(ss2_last),
                 sm.exp_mult.eq(exp_mult), sm.exp_shift.eq(exp_shift),
                 sm.causal.eq(causal), sm.kv_len.eq(keylen),
             ]
-            s_word = Signal.like(s_rps[e].data, name=f"ss2_word{e}", reset_less=True)
+            s_word = Signal.like(s_rp.data, name=f"ss2_word{e}", reset_less=True)
             with m.If(s_adv):
-                m.d.sync += s_word.eq(s_rps[e].data)
+                m.d.sync += s_word.eq(s_rp.data)
             with m.Switch(ss2_sel):
                 for g in range(C // L):
                     with m.Case(g):
@@ -864,33 +844,29 @@ class AttentionCore(wiring.Component):
                             w = (g * L + lane) * SB
                             m.d.comb += sm.scores.payload.data[lane].eq(
                                 s_word[w:w + SB].as_signed())
-        # Feed a row only once every engine has written all of its scores.
-        sf_go = Signal()
-        # sf_i < score_rows[e] for every engine, as a register that follows both counters
-        # exactly (the compares feed it, not the feeder's enables).
-        sf_rows_ok = Signal()
-        sf_row_adv = Signal()
-        rows_next = [Mux(w, n + 1, n) for w, n in zip(w_score_rows, score_rows)]
-        m.d.sync += sf_rows_ok.eq(Mux(sf_row_adv,
-                                      Cat(*[sf_i + 1 < n for n in rows_next]).all(),
-                                      Cat(*[sf_i < n for n in rows_next]).all()))
-        m.d.comb += [sf_go.eq(sf_active & sf_rows_ok),
-                     sf_row_adv.eq(s_adv & sf_go & sf_last)]
-        with m.If(s_adv):
-            m.d.sync += [ss1_valid.eq(sf_go), ss2_valid.eq(ss1_valid), ss2_row.eq(ss1_row),
-                         ss2_last.eq(ss1_last), ss2_sel.eq(ss1_sel)]
-            with m.If(sf_go):
-                m.d.sync += [ss1_row.eq(sf_i), ss1_last.eq(sf_last),
-                             ss1_sel.eq(sf_lane_group), sf_b.eq(sf_b + 1),
-                             sf_last.eq(sf_b + 2 >= sf_nb)]
-                with m.If(sf_lane_group == C // L - 1):
-                    m.d.sync += sf_addr.eq(sf_addr + 1)
-                with m.If(sf_last):
-                    m.d.sync += [sf_b.eq(0), sf_i.eq(sf_i + 1), sf_last.eq(sf_nb <= 1),
-                                 sf_row_last.eq(sf_i + 2 >= seq),
-                                 sf_base.eq(sf_base + TNk), sf_addr.eq(sf_base + TNk)]
-                    with m.If(sf_row_last):
-                        m.d.sync += sf_active.eq(0)
+            sf_go = f["active"] & f["rows_ok"]
+            sf_row_adv = s_adv & sf_go & f["last"]
+            rows_next = Mux(w_score_rows[e], score_rows[e] + 1, score_rows[e])
+            m.d.sync += f["rows_ok"].eq(Mux(sf_row_adv, f["i"] + 1 < rows_next,
+                                            f["i"] < rows_next))
+            with m.If(s_adv):
+                m.d.sync += [f["ss1_valid"].eq(sf_go), f["ss2_valid"].eq(f["ss1_valid"]),
+                             ss2_row.eq(ss1_row), ss2_last.eq(ss1_last), ss2_sel.eq(ss1_sel)]
+                with m.If(sf_go):
+                    m.d.sync += [ss1_row.eq(f["i"]), ss1_last.eq(f["last"]),
+                                 ss1_sel.eq(sf_lane_group), f["b"].eq(f["b"] + 1),
+                                 f["last"].eq(f["b"] + 2 >= f["nb"])]
+                    with m.If(sf_lane_group == C // L - 1):
+                        m.d.sync += f["addr"].eq(f["addr"] + 1)
+                    with m.If(f["last"]):
+                        m.d.sync += [f["b"].eq(0), f["i"].eq(f["i"] + 1),
+                                     f["last"].eq(f["nb"] <= 1),
+                                     f["row_last"].eq(f["i"] + 2 >= seq),
+                                     f["base"].eq(f["base"] + TNk),
+                                     f["addr"].eq(f["base"] + TNk)]
+                        with m.If(f["row_last"]):
+                            m.d.sync += f["active"].eq(0)
+            sfs.append(f)
 
         # Softmax results into P. Rows come out in order from row 0 (the feeder's order), so
         # the write position is counted in registers: row within its tile (which buffer) and
@@ -1218,24 +1194,26 @@ class AttentionCore(wiring.Component):
             with m.If(fault):
                 m.d.comb += run_error.eq(1)
                 m.d.sync += [running.eq(0), f_active.eq(0), s0_valid.eq(0), s1_valid.eq(0),
-                             sd_valid.eq(0), sb_valid.eq(0), sf_active.eq(0), ss1_valid.eq(0),
-                             ss2_valid.eq(0),
+                             sd_valid.eq(0), sb_valid.eq(0),
                              cmd_pending.eq(0), advance.eq(1), opq_valid.eq(0)]
+                m.d.sync += [f[k].eq(0) for f in sfs for k in ("active", "ss1_valid",
+                                                                 "ss2_valid")]
                 m.d.sync += [c.eq(0) for c in opq_count]
                 m.d.sync += [p.eq(0) for ptrs in opq_ptrs for p in ptrs]
                 m.d.sync += [f.eq(0) for flags in bf_busy for f in flags]
                 m.next = "IDLE"
 
         with m.If(sf_start):
-            m.d.sync += [sf_active.eq(1), sf_i.eq(0), sf_b.eq(0), sf_addr.eq(0), sf_base.eq(0),
-                         sf_nb.eq((kvrows + L - 1) // L), sf_last.eq(kvrows <= L),
-                         sf_row_last.eq(seq <= 1)]
+            for f in sfs:
+                m.d.sync += [f["active"].eq(1), f["i"].eq(0), f["b"].eq(0), f["addr"].eq(0),
+                             f["base"].eq(0), f["nb"].eq((kvrows + L - 1) // L),
+                             f["last"].eq(kvrows <= L), f["row_last"].eq(seq <= 1),
+                             f["rows_ok"].eq(0)]
             m.d.sync += [n.eq(0) for n in prob_rows + score_rows]
             m.d.sync += [n.eq(1) for n in prob_rows1]
             m.d.sync += [n.eq(0) for n in pw_counters]
             m.d.sync += [prob_all[e][0].eq(seq == 0) for e in range(E)]
             m.d.sync += [prob_all[e][1].eq(seq <= 1) for e in range(E)]
-            m.d.sync += sf_rows_ok.eq(0)
 
         with m.FSM(name="seq") as seq_fsm:
             with m.State("IDLE"):
