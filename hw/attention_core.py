@@ -40,9 +40,11 @@ wwin_en, wwin_addr, wwin_data, wwin_strb : In
     after ``start``, and the register block refuses window writes while ``busy``.
 busy, done, error, error_cause, cycles, busy_cycles : Out
     Status: ``done``/``error`` are one-cycle strobes; ``error_cause`` is valid with ``error``.
-    ``done`` comes the cycle after the last output word's handshake and ``busy`` falls in the
-    same cycle; ``cycles``, ``busy_cycles`` and ``stall_cycles`` show that sequence's counts
-    from the cycle after ``done`` (when the register block's STATUS.DONE is set).
+    ``done`` comes the cycle after the last output word's handshake; ``cycles``,
+    ``busy_cycles`` and ``stall_cycles`` show that sequence's counts from the cycle after
+    ``done`` (when the register block's STATUS.DONE is set). ``busy`` is a register: it rises
+    two cycles after ``start`` and falls the cycle after ``done`` (the register block covers
+    the two cycles after its ``start`` itself).
 
 Latency and throughput: :func:`hw.perf_layer.layer_timing`, a cycle model that the unit tests
 hold equal to ``cycles`` and ``stall_cycles`` exactly.
@@ -98,6 +100,27 @@ def divmod_const(value, divisor: int):
     q = Array(C(v // divisor, range((n - 1) // divisor + 1)) for v in range(n))
     r = Array(C(v % divisor, range(divisor)) for v in range(n))
     return q[value], r[value]
+
+
+def mixed_radix(*digits):
+    """``((d0 * r1 + d1) * r2 + d2) ...`` for ``digits = [d0, (d1, r1), (d2, r2), ...]``,
+    where every ``d_i < r_i`` (the callers' buffer layouts guarantee it). With every radix a
+    power of two this is a concatenation of bit fields: no adder, no carry chain (the fetch
+    and result-writer addresses were adder chains of 7-9 cells on the routed top's failing
+    list); otherwise it is the arithmetic itself."""
+    head, rest = Value.cast(digits[0]), digits[1:]
+    if all(r & (r - 1) == 0 for _, r in rest):
+        fields = []
+        for d, r in reversed(rest):
+            bits = r.bit_length() - 1
+            d = Value.cast(d).as_unsigned()
+            if bits:
+                fields.append(Cat(d, C(0, max(0, bits - len(d))))[:bits])
+        return Cat(*fields, head)
+    value = head
+    for d, r in rest:
+        value = value * r + d
+    return value
 
 
 WordStream = stream.Signature(data.StructLayout({"data": 32, "last": 1}))
@@ -427,24 +450,27 @@ class AttentionCore(wiring.Component):
         a_lane = Signal(range(max(4, C, L) + 1))
         with m.Switch(job_a):
             with m.Case(A_X, A_KV):
-                m.d.comb += [a_addr.eq(f_tm * D4 + kk // 4), a_lane.eq(kk % 4)]
+                m.d.comb += [a_addr.eq(mixed_radix(f_tm, (kk // 4, D4))), a_lane.eq(kk % 4)]
             with m.Case(A_Q):
-                m.d.comb += [a_addr.eq((f_tm * G + job_lh) * TN + kk_c), a_lane.eq(kk_cl)]
+                m.d.comb += [a_addr.eq(mixed_radix(f_tm, (job_lh, G), (kk_c, TN))),
+                             a_lane.eq(kk_cl)]
             with m.Case(A_P):
-                m.d.comb += [a_addr.eq(f_tm * KB + kk_l), a_lane.eq(kk_ll)]
+                m.d.comb += [a_addr.eq(mixed_radix(f_tm, (kk_l, KB))), a_lane.eq(kk_ll)]
             with m.Case(A_ATTN):
-                m.d.comb += [a_addr.eq((f_tm * G + h_ag) * TN + ch_ac),
+                m.d.comb += [a_addr.eq(mixed_radix(f_tm, (h_ag, G), (ch_ac, TN))),
                              a_lane.eq(ch_acl)]
         b_addr = Signal(20)
         b_lane = Signal(range(max(4, C) + 1))
         with m.Switch(job_b):
             with m.Case(B_W):
-                m.d.comb += [b_addr.eq(((job_w * G + job_lh) * TN + f_tn) * D4 + kk // 4),
+                m.d.comb += [b_addr.eq(mixed_radix(job_w, (job_lh, G), (f_tn, TN),
+                                                   (kk // 4, D4))),
                              b_lane.eq(kk % 4)]
             with m.Case(B_K):
-                m.d.comb += [b_addr.eq((f_tn * G + job_lh) * TN + kk_c), b_lane.eq(kk_cl)]
+                m.d.comb += [b_addr.eq(mixed_radix(f_tn, (job_lh, G), (kk_c, TN))),
+                             b_lane.eq(kk_cl)]
             with m.Case(B_V):
-                m.d.comb += [b_addr.eq((kk * G + job_lh) * TN + f_tn), b_lane.eq(0)]
+                m.d.comb += [b_addr.eq(mixed_radix(kk, (job_lh, G), (f_tn, TN))), b_lane.eq(0)]
 
         s0_a_addr = Signal.like(a_addr)
         s0_b_addr = Signal.like(b_addr)
@@ -479,7 +505,11 @@ class AttentionCore(wiring.Component):
         p_ready = Signal()
         f_row_adv = Signal()        # the fetch moves on to the next row tile
         f_go = Signal()
-        m.d.comb += [f_go.eq(f_active & ((job_a != A_P) | p_ready)),
+        # job_a == A_P as a register (job_a changes only with job_go; the fetch starts a
+        # cycle after): one LUT level less in front of p_ready and the fetch counters.
+        job_is_p = Signal()
+        m.d.sync += job_is_p.eq(job_a == A_P)
+        m.d.comb += [f_go.eq(f_active & (~job_is_p | p_ready)),
                      f_row_adv.eq(advance & f_go & last_kk & last_tn)]
         with m.If(advance):
             m.d.sync += [s0_valid.eq(f_go), s1_valid.eq(s0_valid), sd_valid.eq(s1_valid),
@@ -757,10 +787,10 @@ class AttentionCore(wiring.Component):
                 reg = Signal.like(value, name=f"wr{e}_{name}", reset_less=True)
                 m.d.sync += reg.eq(value)
                 return reg
-            w_qa = wreg("qa", (i_r * G + job_lh) * TN + tn)          # q and attn buffers
-            w_ka = wreg("ka", (i_c * G + job_lh) * TN + tn)
-            w_va = wreg("va", (i * G + job_lh) * TN + tn)            # v and output buffers
-            w_sa = wreg("sa", i * TNk + tn)
+            w_qa = wreg("qa", mixed_radix(i_r, (job_lh, G), (tn, TN)))    # q and attn buffers
+            w_ka = wreg("ka", mixed_radix(i_c, (job_lh, G), (tn, TN)))
+            w_va = wreg("va", mixed_radix(i, (job_lh, G), (tn, TN)))      # v and output buffers
+            w_sa = wreg("sa", mixed_radix(i, (tn, TNk)))
             w_bytes, w_scores = wreg("bytes", bytes_), wreg("scores", scores)
             w_en = {}
             for dst in (D_Q, D_K, D_V, D_S, D_ATTN, D_OUT):
@@ -1080,7 +1110,10 @@ class AttentionCore(wiring.Component):
         o_addr = Signal(o_aw)
         o_more = Signal()           # o_i < st_seq
         o_wrap = Signal()           # o_col + P == d
-        o_issue = st_active & o_more
+        # o_more is set only with st_active and cleared before it falls, so it alone says
+        # whether a word is to be read (st_active, set by the sequencer and cleared at the
+        # output slice, stays out of the streamer's enables).
+        o_issue = o_more
         o_out = os2_valid & (os2_k == K - 1)
         # y_out leaves through a register slice: the streamer's enables (about 200 flip-flops
         # and the output buffers' read enables, by both engines) follow the slice's registered
@@ -1149,7 +1182,7 @@ class AttentionCore(wiring.Component):
         run_stall = Signal(32)
         with m.If(running & opq_pop[0]):
             m.d.sync += run_busy.eq(run_busy + 1)
-        with m.If(running & f_active & (job_a == A_P) & ~p_ready):
+        with m.If(running & f_active & job_is_p & ~p_ready):
             m.d.sync += run_stall.eq(run_stall + 1)
 
         # ------------------------------------------------------------ sequencer
@@ -1297,8 +1330,11 @@ class AttentionCore(wiring.Component):
             self.error.eq(ld_error | run_error),
             self.error_cause.eq(ld_cause
                                 | Mux(run_error, 1 << ERROR_CAUSES["ENGINE_FAULT"], 0)),
-            self.busy.eq(load_fsm.ongoing("LOAD") | load_fsm.ongoing("WAIT")
-                         | ~seq_fsm.ongoing("IDLE") | st_active | done_r),
         ]
+        # busy is a register (a cycle after the states it sums): it reaches the register
+        # block's write guards, and from done_r by the output slice the route alone took
+        # most of a cycle.
+        m.d.sync += self.busy.eq(load_fsm.ongoing("LOAD") | load_fsm.ongoing("WAIT")
+                                 | ~seq_fsm.ongoing("IDLE") | st_active | done_r)
 
         return m

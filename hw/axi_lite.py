@@ -95,8 +95,8 @@ class AxiLiteRegs(wiring.Component):
         STATUS.WEIGHTS_VALID: parameters and window committed and not written since.
     busy : ``In(1)``
         The engine holds a sequence (loading, computing or streaming). It must rise no
-        later than the cycle after ``start``; weight and parameter writes are refused while
-        it is high.
+        later than two cycles after ``start``; weight and parameter writes are refused while
+        it, ``start`` or ``start`` of the cycle before is high.
     start_ready : ``In(1)``
         The engine would accept ``start`` (its input buffer is free); STATUS.START_READY.
     done_set, error_set : ``In(1)``
@@ -170,9 +170,14 @@ class AxiLiteRegs(wiring.Component):
         error = Signal()
         irq_en = Signal()
         m.d.comb += error.eq(causes.any())
-        # A write executes at the earliest 3 cycles after the previous one (bvalid must drop
-        # first), so busy, raised by the engine the cycle after start, guards every later write.
-        running = self.busy
+        # A write executes at the earliest 2 cycles after the previous one (bvalid must drop
+        # first). busy is a register of the core, high from the second cycle after start;
+        # start and its delayed copy cover the two cycles before, so every write after a
+        # START is guarded.
+        start_d = Signal()
+        m.d.sync += start_d.eq(self.start)
+        running = Signal()
+        m.d.comb += running.eq(self.busy | self.start | start_d)
 
         # Every readable field's source; RW fields with a port are that output port.
         source = {}

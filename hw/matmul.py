@@ -498,8 +498,11 @@ class MatmulEngine(wiring.Component):
                    for i in range(OUT_DEPTH)]
         push = Signal()
         at = Signal(OUT_DEPTH + 1)        # at[i]: push & (out_count == i)
-        pop = self.result.valid & self.result.ready
-        m.d.comb += [self.result.valid.eq(out_count != 0),
+        # out_valid = out_count != 0, a register updated with the count (the compare sat in
+        # front of the pop, which fans out to every entry).
+        out_valid = Signal()
+        pop = out_valid & self.result.ready
+        m.d.comb += [self.result.valid.eq(out_valid),
                      self.result.payload.eq(entries[0])]
         for i in range(OUT_DEPTH):
             write_here = Mux(pop, at[i + 1], at[i])
@@ -508,7 +511,8 @@ class MatmulEngine(wiring.Component):
             if i + 1 < OUT_DEPTH:
                 with m.Elif(pop):
                     m.d.sync += entries[i].eq(entries[i + 1])
-        m.d.sync += out_count.eq(out_count + push - pop)
+        m.d.sync += [out_count.eq(out_count + push - pop),
+                     out_valid.eq(out_count + push - pop != 0)]
 
         # ---------------------------------------------------------- next step enable
         # The next cycle's row at the array output is row 0 of a tile iff the array advances
