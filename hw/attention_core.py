@@ -1315,12 +1315,13 @@ class AttentionCore(wiring.Component):
                 abandon_on_fault()
             with m.State("HANDOFF"):
                 # The output buffer is complete: hand it to the streamer once that has
-                # finished the previous sequence, and write the other buffer next.
+                # finished the previous sequence, and write the other buffer next. (seq >= 1:
+                # the register block refuses SEQ_LEN 0, so there is a word to stream.)
                 with m.If(~st_active):
                     m.d.sync += [st_active.eq(1), st_seq.eq(seq), st_bank.eq(o_bank),
                                  st_t0.eq(run["t0"]), st_busy.eq(run_busy),
                                  st_stall.eq(run_stall), o_i.eq(0), o_col.eq(0),
-                                 o_addr.eq(0), o_wrap.eq(P == d), o_more.eq(seq != 0),
+                                 o_addr.eq(0), o_wrap.eq(P == d), o_more.eq(1),
                                  o_bank.eq(~o_bank)]
                     m.next = "IDLE"
         with m.If(job_go):

@@ -455,14 +455,28 @@ class MatmulEngine(wiring.Component):
                 q1_mult.eq(head.mult),
             ]
             m.d.sync += [meta[i].eq(meta[i - 1]) for i in range(1, len(meta))]
-            coarse = Cat(Const(0, 3), meta[PL].shift_m1[3:])
             for c in range(C):
                 bias = Mux(row_first, Mux(head.bias_en, bias_buf[c], 0), tile_bias[c])
                 x6 = q6_val[c]
+                # The shift amounts, as every column's own copy (loaded with the stage
+                # before; stored XORed with the column number, so that synthesis keeps the
+                # copies apart): one register per amount fanned out to every column's
+                # shifter, about 400 LUTs, was on the routed top's failing list.
+                key = c & 7
+                sh_coarse = Signal(3, name=f"sh_coarse_{c}", reset_less=True)
+                sh_fine = Signal(3, name=f"sh_fine_{c}", reset_less=True)
+                m.d.sync += [sh_coarse.eq(meta[PL - 1].shift_m1[3:] ^ key),
+                             sh_fine.eq(meta[PL].shift_m1[:3] ^ key)]
+                with m.Switch(sh_coarse):
+                    for v in range(8):
+                        with m.Case(v):
+                            m.d.sync += q5_val[c].eq(products[c] >> (8 * (v ^ key)))
+                with m.Switch(sh_fine):
+                    for v in range(8):
+                        with m.Case(v):
+                            m.d.sync += q6_val[c].eq(q5_val[c] >> (v ^ key))
                 m.d.sync += [
                     q1_sum[c].eq(array.row_data[c] + bias),
-                    q5_val[c].eq(products[c] >> coarse),
-                    q6_val[c].eq(q5_val[c] >> meta[PL + 1].shift_m1[:3]),
                     # (x + 2**(s-1)) >> s == ((x >> (s-1)) + 1) >> 1; the result saturates
                     # above qmax iff x >= 2 qmax + 1 and below qmin iff x < 2 qmin - 1.
                     q7_val[c].eq(Mux(meta[PL + 2].requant_en, (x6 + 1) >> 1, x6)),
@@ -490,27 +504,29 @@ class MatmulEngine(wiring.Component):
             m.d.comb += out_row.data[c].eq(Mux(q7.col_mask[c], value, 0))
 
         # ---------------------------------------------------------- output buffer
-        # A shift queue: entries[0] is the result beat (its payload comes straight from
-        # flip-flops), a pop moves the others down, and a pushed row goes into the first free
-        # entry after that move. push and the per-entry "first free" flags are registers,
-        # computed a cycle ahead with the enable.
+        # A ring of OUT_DEPTH entries: a pushed row goes into entry ``wr``, the result beat is
+        # entry ``rd``. A pop moves only ``rd`` (a shift queue's pop reached the enables of
+        # every entry, C x acc_bits x OUT_DEPTH flip-flops, and was the routed top's worst
+        # path); the write select ``wsel`` (one-hot, push & entry) and ``push`` are
+        # registers, computed a cycle ahead with the enable.
         entries = [Signal(self.result_layout, name=f"out_{i}", reset_less=True)
                    for i in range(OUT_DEPTH)]
         push = Signal()
-        at = Signal(OUT_DEPTH + 1)        # at[i]: push & (out_count == i)
-        # out_valid = out_count != 0, a register updated with the count (the compare sat in
-        # front of the pop, which fans out to every entry).
+        wsel = Signal(OUT_DEPTH)
+        wr = Signal(range(OUT_DEPTH))
+        rd = Signal(range(OUT_DEPTH))
+        # out_valid = out_count != 0, a register updated with the count.
         out_valid = Signal()
         pop = out_valid & self.result.ready
         m.d.comb += [self.result.valid.eq(out_valid),
-                     self.result.payload.eq(entries[0])]
+                     self.result.payload.eq(Array(entries)[rd])]
         for i in range(OUT_DEPTH):
-            write_here = Mux(pop, at[i + 1], at[i])
-            with m.If(write_here):
+            with m.If(wsel[i]):
                 m.d.sync += entries[i].eq(out_row)
-            if i + 1 < OUT_DEPTH:
-                with m.Elif(pop):
-                    m.d.sync += entries[i].eq(entries[i + 1])
+        with m.If(push):
+            m.d.sync += wr.eq(Mux(wr == OUT_DEPTH - 1, 0, wr + 1))
+        with m.If(pop):
+            m.d.sync += rd.eq(Mux(rd == OUT_DEPTH - 1, 0, rd + 1))
         m.d.sync += [out_count.eq(out_count + push - pop),
                      out_valid.eq(out_count + push - pop != 0)]
 
@@ -526,8 +542,7 @@ class MatmulEngine(wiring.Component):
                                                   & ~bias_buf_valid_next))
         q7_valid_next = Mux(go, meta[PL + 2].valid, q7.valid)
         push_next = advance_next & q7_valid_next
-        # out_count next cycle without that cycle's pop (which at[] leaves to the entries)
-        count_next = out_count + push - pop
+        wr_next = Mux(push, Mux(wr == OUT_DEPTH - 1, 0, wr + 1), wr)
         m.d.sync += [advance.eq(advance_next), stall.eq(~advance_next), push.eq(push_next),
-                     at.eq(Cat(*(push_next & (count_next == i) for i in range(OUT_DEPTH + 1))))]
+                     wsel.eq(Cat(*(push_next & (wr_next == i) for i in range(OUT_DEPTH))))]
         return m
