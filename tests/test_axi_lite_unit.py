@@ -110,9 +110,10 @@ class AxilMaster:
         return seen
 
 
-def run(cfg, body, *, timing="fast", seed=0, monitor=True):
+def run(cfg, body, *, timing="fast", seed=0, monitor=True, engine=None):
     """Simulate ``body(ctx, dut, master, events)``; ``events`` collects start strobes and
-    window writes as ``("start", cycle)`` / ``("wwin", cycle, word, data, strb)``."""
+    window writes as ``("start", cycle)`` / ``("wwin", cycle, word, data, strb)``.
+    ``engine(ctx, dut)``, if given, runs alongside as a background process."""
     dut = AxiLiteRegs(cfg)
     master = AxilMaster(dut.s_axi, timing, seed)
     events = []
@@ -137,6 +138,10 @@ def run(cfg, body, *, timing="fast", seed=0, monitor=True):
     sim.add_testbench(bench)
     if monitor:
         sim.add_testbench(watch, background=True)
+    if engine is not None:
+        async def engine_process(ctx):
+            await engine(ctx, dut)
+        sim.add_process(engine_process)
     sim.run()
     return events
 
@@ -304,6 +309,36 @@ def test_cycle_latencies():
         assert ctx.get(dut.irq)
 
     assert [e[0] for e in run(TINY, body)] == ["start"]
+
+
+def test_writes_right_after_start_are_guarded():
+    """The core's busy is a register, high from the second cycle after ``start``: the first
+    write after START, issued at once, is still refused (WRITE_WHILE_BUSY); once busy falls,
+    writes are taken again. (That write executes three cycles after START's at the
+    earliest, when busy is already high; the block's own guard for the two cycles after
+    ``start`` is a second line that no bus timing reaches.)"""
+    async def engine(ctx, dut):
+        # busy as the core drives it: a register, two cycles after start, for 40 cycles.
+        left = 0
+        async for _, _, start in ctx.tick().sample(dut.start):
+            if start:
+                left = 41
+            ctx.set(dut.busy, 0 < left <= 40)
+            left = max(0, left - 1)
+
+    async def body(ctx, dut, m, events):
+        await load_weights(ctx, dut, m, shift=8)
+        assert await m.write(ctx, CTRL, START) == OKAY
+        assert await m.write(ctx, SHIFTS[0], 5) == OKAY          # at once: dropped
+        assert await m.read(ctx, SHIFTS[0]) == (8, OKAY)
+        assert await m.read(ctx, CAUSE) == (WRITE_WHILE_BUSY, OKAY)
+        assert await m.write(ctx, CAUSE, WRITE_WHILE_BUSY) == OKAY
+        await ctx.tick().repeat(40)
+        assert await m.write(ctx, SHIFTS[0], 5) == OKAY          # busy low again: taken
+        assert await m.read(ctx, SHIFTS[0]) == (5, OKAY)
+        assert await m.read(ctx, CAUSE) == (0, OKAY)
+
+    assert [e[0] for e in run(TINY, body, engine=engine)] == ["start"]
 
 
 def test_status_w1c_and_irq():
