@@ -7,8 +7,8 @@
 #                                        (build/bench/bench.json and bench.png)
 # make synth-blocks [CONFIG=...]         ECP5 resources of the matrix engine and softmax unit
 # make synth [TARGET=ecp5|ice40|xc7] [CONFIG=...]  whole top: resources, Fmax, build/synth/<target>/report.json
-#                                        [SYNTH_ARGS="--sdf --seed 2 ..."]: more sim.synth options
-#                                        (--sdf: routed.sdf; python -m sim.sta lists every failing path)
+#                                        [SYNTH_ARGS="--sdf --seed 2 ..."]: more hw.flow.synth options
+#                                        (--sdf: routed.sdf; python -m hw.flow.sta lists every failing path)
 
 SHELL   := /bin/bash
 PYTHON  ?= python3
@@ -57,16 +57,16 @@ lint: setup
 	$(PY) -m hw lint --config $(CONFIG) --out build/lint
 
 bench: setup
-	$(PY) -m sim.bench_matmul --config $(CONFIG)
-	$(PY) -m sim.bench_softmax --config $(CONFIG)
-	$(PY) -m sim.bench_layer --config $(CONFIG) --scaling 1 --out build/bench/bench.json
+	$(PY) -m sim.bench.matmul --config $(CONFIG)
+	$(PY) -m sim.bench.softmax --config $(CONFIG)
+	$(PY) -m sim.bench.layer --config $(CONFIG) --scaling 1 --out build/bench/bench.json
 
 synth-blocks: setup
-	$(PY) -m sim.synth_matmul --config $(CONFIG)
-	$(PY) -m sim.synth_softmax --config $(CONFIG)
+	$(PY) -m hw.flow.synth_matmul --config $(CONFIG)
+	$(PY) -m hw.flow.synth_softmax --config $(CONFIG)
 
 synth: setup
-	$(PY) -m sim.synth --target $(TARGET) --config $(CONFIG) $(SYNTH_ARGS)
+	$(PY) -m hw.flow.synth --target $(TARGET) --config $(CONFIG) $(SYNTH_ARGS)
 
 clean:
 	rm -rf build sim_build .pytest_cache

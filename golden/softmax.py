@@ -1,4 +1,4 @@
-"""Bit-exact fixed-point softmax, the golden model of ``hw/softmax.py``.
+"""Bit-exact fixed-point softmax, the golden model of ``hw/blocks/softmax.py``.
 
 The method (docs/numerics.md, section "Softmax", has the widths and their reasons):
 

@@ -36,10 +36,10 @@ DEFAULT_CLOCK_MHZ = 100.0
 
 
 def _generate(cfg, out: Path, clock_mhz: float = DEFAULT_CLOCK_MHZ) -> list[Path]:
-    from .attention_top import AttentionTop
-    from .collateral import fusesoc_core_text, sdc_text, xdc_text
-    from .regmap import regmap_c_header, regmap_json
-    from .verilog import to_verilog
+    from hw.attention_top import AttentionTop
+    from hw.gen.collateral import fusesoc_core_text, sdc_text, xdc_text
+    from hw.bus.regmap import regmap_c_header, regmap_json
+    from hw.gen.verilog import to_verilog
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".gen-", dir=out.parent))
@@ -88,7 +88,7 @@ def cmd_generate(args) -> int:
 def cmd_lint(args) -> int:
     """Run ``verilator --lint-only -Wall`` on the generated top; write the full report."""
     from sim.runner import verilator_bin_dir
-    from .verilog import LINT_WAIVERS
+    from hw.gen.verilog import LINT_WAIVERS
 
     cfg = load_config(args.config)
     out = Path(args.out)

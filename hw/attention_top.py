@@ -7,7 +7,7 @@ clk, rst
     block RAM contents (weights) survive, but ``STATUS.WEIGHTS_VALID`` is cleared, so software
     writes ``WEIGHTS_COMMIT`` again (or reloads) before the next run.
 s_axi_* (AXI4-Lite slave, 32-bit data)
-    Control, status, parameters and the write-only weight window; see :mod:`hw.regmap` and
+    Control, status, parameters and the write-only weight window; see :mod:`hw.bus.regmap` and
     docs/register_map.md.
 s_axis_tdata[31:0], s_axis_tvalid, s_axis_tready, s_axis_tlast (AXI4-Stream slave)
     Activations after ``START``: SEQ_LEN rows of d_model int8 (element 4a+k in byte k of word
@@ -22,7 +22,7 @@ A run: write the weights into the window, the requantization registers and
 ``WEIGHTS_COMMIT``; then per sequence write SEQ_LEN (KV_LEN, KEY_LEN), CTRL with START, stream
 the input in, collect the output, wait for STATUS.DONE (or ``irq``). Weights stay resident for
 every later run. Bad settings set STATUS.ERROR with a cause in ERROR_CAUSE and leave the engine
-idle (:mod:`hw.regmap` lists the causes).
+idle (:mod:`hw.bus.regmap` lists the causes).
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from amaranth.lib.wiring import In, Out
 
 from golden.config import AttentionConfig
 
-from .attention_core import AttentionCore
-from .axi_lite import AxiLiteRegs
-from .regmap import build_regmap, ERROR_CAUSES
+from hw.core.attention_core import AttentionCore
+from hw.bus.axi_lite import AxiLiteRegs
+from hw.bus.regmap import build_regmap, ERROR_CAUSES
 
 __all__ = ["AttentionTop"]
 

@@ -2,7 +2,7 @@
 
 A memory marked ``no_rw_check`` (``attrs={"no_rw_check": 1}``) promises that the data of a
 synchronous read of an address written in the same cycle is never used: synthesis then drops
-Yosys's read-first collision emulation (``sim.synth.declare_no_rw_collisions``) and the real
+Yosys's read-first collision emulation (``hw.flow.synth.declare_no_rw_collisions``) and the real
 block RAM returns whatever its ports give on a collision. Amaranth's simulator always returns
 the old word, so an exact-equality test alone cannot tell whether the promise holds.
 

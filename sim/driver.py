@@ -14,7 +14,7 @@ allows, while the previous ones compute and stream out.
 
 Everything goes through the real interfaces: AXI4-Lite (:mod:`sim.axil`) for registers and
 weights, AXI4-Stream (:mod:`sim.axis`) for activations. Register addresses and fields come from
-:func:`hw.regmap.build_regmap`, so the driver follows the map.
+:func:`hw.bus.regmap.build_regmap`, so the driver follows the map.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from cocotb.triggers import ClockCycles, FallingEdge, First, Lock, RisingEdge
 from cocotb.utils import get_sim_time
 
 from golden.config import AttentionConfig
-from hw.regmap import ERROR_CAUSES, RESP_OKAY, build_regmap, pack_window, param_values
+from hw.bus.regmap import ERROR_CAUSES, RESP_OKAY, build_regmap, pack_window, param_values
 
-from .axil import AxiLiteMaster
-from .axis import AxisSink, AxisSource, pack_rows, unpack_words
+from sim.axil import AxiLiteMaster
+from sim.axis import AxisSink, AxisSource, pack_rows, unpack_words
 
 __all__ = ["AttentionDriver", "RunResult", "cause_names"]
 

@@ -1,7 +1,7 @@
 """The AXI4-Lite register block's specification in plain Python (unit and cocotb tests).
 
 Offsets and bits are written out from the register table of the task (not read from
-``hw/regmap.py``), so the tests check the map as well as the hardware. ``SpecModel`` applies
+``hw/bus/regmap.py``), so the tests check the map as well as the hardware. ``SpecModel`` applies
 reads, writes and engine events the way the specification describes them.
 """
 

@@ -10,9 +10,9 @@ from amaranth.hdl import Fragment
 from amaranth.sim import Simulator
 
 import golden as g
-from hw.attention_core import AttentionCore, ERROR_CAUSES
-from hw.perf_layer import layer_timing
-from hw.regmap import build_regmap, pack_window
+from hw.core.attention_core import AttentionCore, ERROR_CAUSES
+from hw.perf.layer import layer_timing
+from hw.bus.regmap import build_regmap, pack_window
 from sim.axis import pack_rows, unpack_words
 from sim.collisions import CollisionScramble
 from sim.layers import make_case
@@ -167,7 +167,7 @@ def check_cycle_model(cfg, run, counters):
 
 @pytest.mark.parametrize("rows,cols,lanes", [(2, 4, 2), (3, 6, 2)])
 def test_cycle_model_exact(rows, cols, lanes):
-    """CYCLES and STALL_CYCLES equal hw.perf_layer's figures, softmax stalls included."""
+    """CYCLES and STALL_CYCLES equal hw.perf.layer's figures, softmax stalls included."""
     cfg = TINY.replace(array_rows=rows, array_cols=cols, softmax_lanes=lanes)
     layer, runs = make_case(cfg, seed=rows, specs=[dict(seq=8), dict(seq=3, kv=7),
                                                    dict(seq=5, causal=True)])
@@ -234,7 +234,7 @@ def test_divmod_const(width, divisor):
     """Quotient and remainder by a constant for every value: slices for powers of two, a
     table up to 10 bits, Yosys's divider beyond."""
     from amaranth import Module, Signal
-    from hw.attention_core import divmod_const
+    from hw.core.attention_core import divmod_const
     m = Module()
     value = Signal(width)
     q, r = divmod_const(value, divisor)

@@ -7,8 +7,8 @@ import fcntl
 import pytest
 
 from golden import load_config
-from hw.axi_lite import AxiLiteRegs
-from hw.verilog import REPO_ROOT, write_verilog
+from hw.bus.axi_lite import AxiLiteRegs
+from hw.gen.verilog import REPO_ROOT, write_verilog
 from sim.runner import run_cocotb
 
 DELAYS = {"nodelay": 0.0, "delay": 0.35}

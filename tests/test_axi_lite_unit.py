@@ -1,4 +1,4 @@
-"""Amaranth-simulator tests of ``hw/axi_lite.py`` (AxiLiteRegs) against the register-map spec.
+"""Amaranth-simulator tests of ``hw/bus/axi_lite.py`` (AxiLiteRegs) against the register-map spec.
 
 A small AXI4-Lite master drives the bus with five timing patterns (everything at once, AW
 before W, W before AW, simultaneous with slow BREADY, and random valid/ready delays); it also
@@ -16,8 +16,8 @@ from amaranth.hdl import Fragment
 from amaranth.sim import Simulator
 
 from golden import load_config
-from hw.axi_lite import AxiLiteRegs, AxiLiteSignature
-from hw.regmap import build_regmap
+from hw.bus.axi_lite import AxiLiteRegs, AxiLiteSignature
+from hw.bus.regmap import build_regmap
 
 TINY = load_config("configs/tiny.toml")
 from tests.axil_spec import (BAD_CAUSAL, BAD_CROSS, BAD_KEY_LEN, BAD_KV_LEN, BAD_SEQ_LEN,

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from hw.__main__ import main
-from hw.verilog import REPO_ROOT
+from hw.gen.verilog import REPO_ROOT
 
 OUT = REPO_ROOT / "build" / "test-cli"
 

@@ -1,4 +1,4 @@
-"""Tests of hw/dsp.py: the registered multiplier (behavioural form) and its ECP5 form."""
+"""Tests of hw/blocks/dsp.py: the registered multiplier (behavioural form) and its ECP5 form."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from amaranth.back import rtlil
 from amaranth.hdl import Shape, signed, unsigned
 from amaranth.sim import Simulator
 
-from hw.dsp import ECP5, RegisteredMultiplier, WideMultiplier
+from hw.blocks.dsp import ECP5, RegisteredMultiplier, WideMultiplier
 
 
 def _random(rng, shape: Shape, n: int) -> list[int]:

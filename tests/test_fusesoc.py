@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from hw.__main__ import main as hw_main
-from hw.collateral import CORE_LIBRARY, CORE_NAME, CORE_VENDOR
-from hw.verilog import REPO_ROOT
+from hw.gen.collateral import CORE_LIBRARY, CORE_NAME, CORE_VENDOR
+from hw.gen.verilog import REPO_ROOT
 from sim.runner import simulator_env
 
 OUT = REPO_ROOT / "build" / "test-fusesoc"

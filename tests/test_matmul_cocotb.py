@@ -7,8 +7,8 @@ import fcntl
 import pytest
 
 from golden import load_config
-from hw.matmul import MatmulEngine
-from hw.verilog import REPO_ROOT, write_verilog
+from hw.blocks.matmul import MatmulEngine
+from hw.gen.verilog import REPO_ROOT, write_verilog
 from sim.runner import run_cocotb
 
 CONFIG = "configs/tiny.toml"

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from golden import load_config
-from hw.verilog import REPO_ROOT
+from hw.gen.verilog import REPO_ROOT
 from sim.runner import verilator_bin_dir
 from tests.test_matmul_cocotb import CONFIG, engine_verilog
 
@@ -28,7 +28,7 @@ def test_matmul_verilog_lint(rows, cols):
 
 @pytest.mark.slow
 def test_array_synthesis_maps_one_dsp_per_pe():
-    from sim.synth_matmul import array_stats
+    from hw.flow.synth_matmul import array_stats
     cfg = load_config(REPO_ROOT / CONFIG)
     stats = array_stats(cfg, 4, 4)
     assert stats["MULT18X18D"] == 16, stats

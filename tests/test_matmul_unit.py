@@ -8,10 +8,10 @@ from amaranth.sim import Simulator
 
 from golden import load_config
 from golden.config import AttentionConfig
-from hw.matmul import MatmulEngine
-from hw.pe import ProcessingElement
-from hw.perf import fill_drain_cycles, ideal_cycles, matmul_cycles
-from hw.systolic import SystolicArray
+from hw.blocks.matmul import MatmulEngine
+from hw.blocks.pe import ProcessingElement
+from hw.perf.matmul import fill_drain_cycles, ideal_cycles, matmul_cycles
+from hw.blocks.systolic import SystolicArray
 from tests.matmul_vectors import (MatmulCase, expected_rows, extreme_case, operand_beats,
                                   random_case)
 
@@ -256,8 +256,8 @@ def test_engine_cycles_match_model(rows, cols, m, n, k):
 
 @_unused_ok
 def test_model_constants_match_hardware():
-    """hw.perf's latency constants are the ones the hardware classes are built with."""
-    from hw.perf import ARRAY_LATENCY_EXTRA, POST_LATENCY
+    """hw.perf.matmul's latency constants are the ones the hardware classes are built with."""
+    from hw.perf.matmul import ARRAY_LATENCY_EXTRA, POST_LATENCY
     for rows, cols in [(2, 3), (4, 4), (3, 8)]:
         assert SystolicArray(rows, cols, 9, 8, 32).latency == cols + ARRAY_LATENCY_EXTRA
         cfg = TINY.replace(array_rows=rows, array_cols=cols)

@@ -1,4 +1,4 @@
-"""Register map (hw/regmap.py): layout rules, window sizes, packing, JSON and C-header emitters."""
+"""Register map (hw/bus/regmap.py): layout rules, window sizes, packing, JSON and C-header emitters."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from golden import QuantizedLayer, Requant, load_config
-from hw.regmap import (ERROR_CAUSES, Access, Field, Register, RegmapError, build_regmap, main,
+from hw.bus.regmap import (ERROR_CAUSES, Access, Field, Register, RegmapError, build_regmap, main,
                        pack_window, param_values, regmap_c_header, regmap_json,
                        regmap_markdown)
-from hw.verilog import REPO_ROOT
+from hw.gen.verilog import REPO_ROOT
 
 CONFIGS = ["tiny", "default", "bert-base"]
 CC = shutil.which("cc") or shutil.which("gcc")

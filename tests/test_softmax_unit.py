@@ -14,10 +14,10 @@ from amaranth.sim import Simulator
 
 from golden import load_config
 from golden.softmax import softmax_exp
-from hw.divider import ReciprocalDivider
-from hw.exp2 import Exp2Unit
-from hw.perf_softmax import softmax_cycles, softmax_schedule
-from hw.softmax import SoftmaxGeometry, SoftmaxUnit
+from hw.blocks.divider import ReciprocalDivider
+from hw.blocks.exp2 import Exp2Unit
+from hw.perf.softmax import softmax_cycles, softmax_schedule
+from hw.blocks.softmax import SoftmaxGeometry, SoftmaxUnit
 from sim.collisions import CollisionScramble
 from tests.softmax_cases import (Settings, edge_rows, expected_row, extreme_settings,
                                  random_rows, realistic_settings)
@@ -322,6 +322,6 @@ def test_unit_rejects_bad_config():
 
 @pytest.mark.parametrize("cfg", [TINY, WIDE, DEFAULT], ids=["tiny", "lanes2", "default"])
 def test_verilog_lint_clean(cfg):
-    from sim.lint_softmax import lint_softmax
+    from hw.gen.lint_softmax import lint_softmax
     issues, report = lint_softmax(cfg, name=f"test_{cfg.name}_{cfg.softmax_lanes}")
     assert issues == [], f"verilator -Wall beyond the waivers (report {report}): {issues[:5]}"

@@ -1,4 +1,4 @@
-"""sim.sta: static timing over a routed SDF (a hand-written netlist with known delays)."""
+"""hw.flow.sta: static timing over a routed SDF (a hand-written netlist with known delays)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from sim.sta import TimingGraph, block_endpoints, format_endpoints, parse_sdf
-from sim.synth import REPO_ROOT
+from hw.flow.sta import TimingGraph, block_endpoints, format_endpoints, parse_sdf
+from hw.flow.synth import REPO_ROOT
 
 # ff_a --net--> lut1 --net--> lut2 --net--> ff_c.DI ; ff_b --net--> lut2 ; a slower branch
 # ff_b --net--> a\/b (escaped name) --> ff_c.CE ; a combinational loop lut1 <-> lut3.
@@ -103,7 +103,7 @@ def test_malformed_sdf_is_refused():
 def test_command_line(tmp_path):
     sdf = tmp_path / "routed.sdf"
     sdf.write_text(SDF)
-    run = lambda *a: subprocess.run([sys.executable, "-m", "sim.sta", *a], cwd=REPO_ROOT,
+    run = lambda *a: subprocess.run([sys.executable, "-m", "hw.flow.sta", *a], cwd=REPO_ROOT,
                                     capture_output=True, text=True)
     ok = run(str(sdf), "--period", "3")
     assert ok.returncode == 0 and "0 over 3 ns" in ok.stdout

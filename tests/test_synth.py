@@ -23,12 +23,12 @@ from amaranth.sim import Simulator
 
 from golden import load_config
 from hw.attention_top import AttentionTop
-from hw.synth_wrapper import CHANNELS, RegisterSlice, SynthWrapper
-from hw.verilog import REPO_ROOT
-from sim.synth import (DEVICES, absorb_bram_output_registers, count_cells,
+from hw.flow.wrapper import CHANNELS, RegisterSlice, SynthWrapper
+from hw.gen.verilog import REPO_ROOT
+from hw.flow.synth import (DEVICES, absorb_bram_output_registers, count_cells,
                        declare_no_rw_collisions, fit_problems, format_summary,
                        promote_control_nets, resources, summarize_critical_path)
-from sim.yowasp import run_yosys
+from hw.flow.yowasp import run_yosys
 from tests.axil_spec import ID, SEQ_LEN
 from tests.test_axi_lite_unit import AxilMaster
 
@@ -37,7 +37,7 @@ OUT = REPO_ROOT / "build" / "test-synth"
 
 
 def _synth(*args, out=None):
-    cmd = [sys.executable, "-m", "sim.synth", *args]
+    cmd = [sys.executable, "-m", "hw.flow.synth", *args]
     if out is not None:
         cmd += ["--out", str(out)]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO_ROOT)
@@ -169,7 +169,7 @@ def test_critical_path_summary():
          "to": {"cell": "a", "port": "Q0"}, "delay": 0.5},
         {"type": "routing", "from": {"cell": "a", "port": "Q0"},
          "to": {"cell": "b", "port": "A0"}, "net": "n1", "delay": 1.0,
-         "sources": [str(REPO_ROOT / "hw" / "matmul.py") + ":278"]},
+         "sources": [str(REPO_ROOT / "hw" / "blocks" / "matmul.py") + ":278"]},
         {"type": "logic", "from": {"cell": "b", "port": "A0"},
          "to": {"cell": "b", "port": "FCO"}, "delay": 0.25},
         {"type": "routing", "from": {"cell": "b", "port": "FCO"},
@@ -185,7 +185,7 @@ def test_critical_path_summary():
     assert s["delay_ns"] == 3.875 and s["routing_ns"] == 3.0 and s["logic_ns"] == 0.875
     assert s["logic_levels"] == 1 and s["carry_steps"] == 1
     assert [n["net"] for n in s["nets"]] == ["n1", "n2"]
-    assert s["hdl_sources"] == ["hw/matmul.py:278"]
+    assert s["hdl_sources"] == ["hw/blocks/matmul.py:278"]
 
 
 def test_high_fanout_control_nets_get_a_global_buffer():
@@ -359,7 +359,7 @@ def test_ice40_synthesis_reports_what_does_not_fit():
 def test_summary_gives_both_routed_figures():
     timing = lambda failing, worst, extra="": {
         "timed_endpoints": 1000, "failing_endpoints": failing, "worst_ns": worst,
-        "fmax_mhz": round(1000 / worst, 1), "list": "python -m sim.sta x/routed.sdf" + extra}
+        "fmax_mhz": round(1000 / worst, 1), "list": "python -m hw.flow.sta x/routed.sdf" + extra}
     report = {"bram_unit": "DP16KD (18 kbit)", "config": "default", "device": "LFE5U-85F",
               "target": "ecp5", "wrapper": {"io": "full", "slices": 2}, "resources": {},
               "fmax_mhz": 90.9, "meets_target": False, "target_mhz": 100,
@@ -376,7 +376,7 @@ def test_summary_gives_both_routed_figures():
 
 
 def test_ecp5_pin_constraints_keep_each_bus_together():
-    from sim.synth import ToolError, ecp5_pin_constraints
+    from hw.flow.synth import ToolError, ecp5_pin_constraints
     device = DEVICES["ecp5"]["85k"]
     ports = [("a_valid", 1), ("a_data", 32), ("b_data", 40), ("rst", 1)]
     text, sites = ecp5_pin_constraints(device, ports)

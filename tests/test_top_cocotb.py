@@ -8,7 +8,7 @@ import pytest
 
 import golden as g
 from hw.attention_top import AttentionTop
-from hw.verilog import REPO_ROOT, write_verilog
+from hw.gen.verilog import REPO_ROOT, write_verilog
 from sim.runner import BUILD_ROOT, run_cocotb
 
 TINY = g.load_config("configs/tiny.toml")

@@ -7,7 +7,7 @@ cycles before each VALID and of READY low on the response channels).
   reads, writes (random strobes, unmapped and window addresses), busy periods and engine
   events, every response, read value and output port compared with ``tests/axil_spec.py``.
 - ``weights_and_run``: a whole layer loaded through the window (checked word for word against
-  ``hw.regmap.pack_window``; only the ends of each region above 2048 words), parameters,
+  ``hw.bus.regmap.pack_window``; only the ends of each region above 2048 words), parameters,
   commit, a run with a small engine model (busy,
   done_set, cycle counters, irq), then START while busy and an engine STREAM_SHORT error,
   a run the engine abandons with ENGINE_FAULT, and START refused with BAD_SHIFT for 0 and 63
@@ -25,7 +25,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly, RisingEdge
 
 from golden import QuantizedLayer, Requant, load_config
-from hw.regmap import ERROR_CAUSES, build_regmap, pack_window, param_values
+from hw.bus.regmap import ERROR_CAUSES, build_regmap, pack_window, param_values
 from sim.axil import AxiLiteMaster
 from tests.axil_spec import (BAD_SHIFT, BUSY, CAUSAL, CAUSE, COMMIT, CROSS, CTRL, CYCLES,
                              BUSY_CYCLES, DONE, ENGINE_FAULT, ERROR, IRQ_EN, KEY_LEN, KV_LEN,

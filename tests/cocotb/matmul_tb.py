@@ -14,8 +14,8 @@ import numpy as np
 from cocotb.triggers import FallingEdge, ReadOnly
 
 from golden import load_config
-from hw.matmul import MatmulEngine
-from hw.perf import matmul_cycles
+from hw.blocks.matmul import MatmulEngine
+from hw.perf.matmul import matmul_cycles
 from tests.cocotb.streams import (clock_and_reset, StreamSink, StreamSource, pack_array, pack_fields,
                                   run_streams, unpack_array)
 from tests.matmul_vectors import expected_rows, extreme_case, operand_beats, random_case
@@ -130,7 +130,7 @@ async def test_back_to_back_commands(dut):
 
 @cocotb.test(skip=IDLE > 0 or BACKPRESSURE > 0)
 async def test_cycle_model(dut):
-    """Without stalls, every single command takes exactly hw.perf.matmul_cycles cycles."""
+    """Without stalls, every single command takes exactly hw.perf.matmul.matmul_cycles cycles."""
     rng = np.random.default_rng(SEED + 1)
     tb = MatmulTB(dut, 0.0, 0.0, SEED)
     await tb.reset()

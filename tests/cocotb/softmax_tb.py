@@ -8,7 +8,7 @@ SOFTMAX_BACKPRESSURE (probability of ``probs.ready`` low).
 A run is a sequence of segments with fixed run-time settings (realistic and extreme
 exp_mult/exp_shift, every mask mode, invalid settings); settings change only while the unit is
 empty. Every output beat is compared with golden by exact equality; without stalls the cycle of
-every output beat is also compared with :func:`hw.perf_softmax.softmax_schedule`.
+every output beat is also compared with :func:`hw.perf.softmax.softmax_schedule`.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import numpy as np
 from cocotb.triggers import FallingEdge, RisingEdge
 
 from golden import load_config
-from hw.perf_softmax import softmax_schedule
-from hw.softmax import prob_beat_layout, score_beat_layout
+from hw.perf.softmax import softmax_schedule
+from hw.blocks.softmax import prob_beat_layout, score_beat_layout
 from tests.cocotb.streams import (clock_and_reset, StreamSink, StreamSource, pack_array, run_streams,
                                   unpack_array)
 from tests.softmax_cases import (Settings, edge_rows, expected_row, extreme_settings,

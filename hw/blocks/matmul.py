@@ -1,0 +1,548 @@
+"""Matrix-multiply engine: command decoding, tiling, bias and requantization around the array."""
+
+from __future__ import annotations
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from golden.config import AttentionConfig
+
+from hw.blocks.dsp import WideMultiplier
+from hw.blocks.systolic import SystolicArray
+
+__all__ = ["MatmulEngine", "operand_widths"]
+
+
+def operand_widths(cfg: AttentionConfig) -> tuple[int, int]:
+    """Signed widths of operands A and B.
+
+    A carries int8-style activations or unsigned UQ0.prob_bits probabilities (P.V), so it has
+    one more bit than ``prob_bits``; B carries activations or weights.
+    """
+    return max(cfg.act_bits, cfg.prob_bits + 1), max(cfg.act_bits, cfg.weight_bits)
+
+
+class MatmulEngine(wiring.Component):
+    """``C = A @ B (+ bias)``, optionally requantized, on one systolic array.
+
+    Contract
+    --------
+    One ``cmd`` beat describes one product: A is ``m`` x ``k``, B is ``k`` x ``n``. The
+    engine splits C into ``R`` x ``C`` tiles (``R, C = cfg.array_rows, cfg.array_cols``)
+    visited ``tm`` outer (``ceil(m / R)``), ``tn`` inner (``ceil(n / C)``). For each tile and
+    each ``kk`` in ``0..k-1`` it takes one beat from ``a`` (``A[tm*R + r, kk]`` for ``r`` in
+    ``0..R-1``, rows ``>= m`` padded with 0 by the producer) together with one beat from ``b``
+    (``B[kk, tn*C + c]``, columns ``>= n`` padded with 0). A and B are re-sent for every tile.
+    With ``bias_en``, one ``bias`` beat per tile (same tile order) gives the bias of the
+    tile's ``C`` columns.
+
+    ``result`` gives, per tile, one beat per row ``tm*R + r < m`` in increasing row order:
+    ``data[c]`` is element ``(row, col + c)``, 0 for ``col + c >= n``; ``last`` marks the
+    command's final beat. Without ``requant_en`` the value is the exact sum ``acc + bias``
+    (bit-exact with ``golden.matmul_acc``; it wraps modulo ``2**acc_bits`` where golden would
+    raise ``OverflowError``). With ``requant_en`` it is
+    ``golden.requantize(acc + bias, Requant(mult, shift), cfg.act_bits)``, computed on the
+    exact ``acc_bits + 1``-bit sum, sign-extended to ``acc_bits``. The accumulation itself is
+    exact as long as ``|sum a*b|`` fits ``acc_bits`` (the configuration guarantees it for the
+    layer's products).
+
+    A command is *rejected* when ``m``, ``n`` or ``k`` is outside ``1..max_m``,
+    ``1..max_n``, ``1..max_k``, or when ``requant_en`` is set with ``shift`` outside 1..62:
+    the engine takes the ``cmd`` beat and pulses ``error`` for one cycle in the next cycle; no
+    operand, bias or result beat belongs to it, and the next command proceeds normally.
+
+    Commands are pipelined: ``cmd.ready`` is a flip-flop (a one-entry command register,
+    free while no command waits in it), and a waiting command starts in the step the current
+    one issues its final operand beat, so back-to-back commands and consecutive tiles keep the
+    array busy. A command taken by an idle engine starts a cycle later.
+    The ``bias`` beat of a tile may arrive at any time before its rows leave the array; the
+    engine stalls (without losing anything) until it does, so a producer must not hold it
+    back until later operand beats have been taken.
+
+    Timing (no stalls; see ``hw.perf.matmul.matmul_cycles`` for the exact count): one operand beat
+    per cycle; tiles with ``k < max(R, C)`` are issued ``max(R, C)`` cycles apart (the array
+    drains one row per cycle). Backpressure on ``result`` stalls the whole engine through a
+    registered step enable; nothing is lost or duplicated.
+
+    Parameters
+    ----------
+    cfg : AttentionConfig
+        Array size and number widths.
+    max_m, max_n, max_k : int
+        Largest ``m``, ``n``, ``k`` accepted, 1..65536. Defaults:
+        ``max(cfg.max_seq_len, cfg.max_kv_len)``, ``max(cfg.d_model, cfg.max_kv_len)``,
+        ``max(cfg.d_model, cfg.max_kv_len)``.
+
+    Members
+    -------
+    cmd : In(stream.Signature(cmd_layout))
+        ``m``, ``n``, ``k`` (unsigned, ``max_*.bit_length()`` bits), ``bias_en``,
+        ``requant_en``, ``mult`` (unsigned ``cfg.requant_mult_bits``), ``shift`` (unsigned 6).
+    a : In(stream.Signature(ArrayLayout(signed(a_width), R)))
+        ``a_width = max(act_bits, prob_bits + 1)``.
+    b : In(stream.Signature(ArrayLayout(signed(b_width), C)))
+        ``b_width = max(act_bits, weight_bits)``.
+    bias : In(stream.Signature(ArrayLayout(signed(cfg.bias_bits), C)))
+    result : Out(stream.Signature(result_layout))
+        ``data`` (ArrayLayout(signed(cfg.acc_bits), C)), ``row``, ``col`` (first column of the
+        tile), ``last``.
+    error : Out(1)
+        One-cycle pulse per rejected command.
+    """
+
+    MAX_DIM = 1 << 16
+
+    def __init__(self, cfg: AttentionConfig, *, max_m: int | None = None,
+                 max_n: int | None = None, max_k: int | None = None):
+        if not isinstance(cfg, AttentionConfig):
+            raise TypeError(f"cfg must be an AttentionConfig, not {cfg!r}")
+        defaults = {
+            "max_m": max(cfg.max_seq_len, cfg.max_kv_len),
+            "max_n": max(cfg.d_model, cfg.max_kv_len),
+            "max_k": max(cfg.d_model, cfg.max_kv_len),
+        }
+        given = {"max_m": max_m, "max_n": max_n, "max_k": max_k}
+        for name, value in given.items():
+            if value is None:
+                given[name] = defaults[name]
+            elif isinstance(value, bool) or not isinstance(value, int) \
+                    or not 1 <= value <= self.MAX_DIM:
+                raise ValueError(f"{name} = {value!r} is out of range: allowed integers "
+                                 f"1..{self.MAX_DIM}")
+        self.cfg = cfg
+        self.max_m, self.max_n, self.max_k = given["max_m"], given["max_n"], given["max_k"]
+        self.rows, self.cols = cfg.array_rows, cfg.array_cols
+        self.a_width, self.b_width = operand_widths(cfg)
+        SystolicArray.check(self.rows, self.cols, self.a_width, self.b_width, cfg.acc_bits)
+
+        self.cmd_layout = data.StructLayout({
+            "m": unsigned(self.max_m.bit_length()),
+            "n": unsigned(self.max_n.bit_length()),
+            "k": unsigned(self.max_k.bit_length()),
+            "bias_en": 1,
+            "requant_en": 1,
+            "mult": unsigned(cfg.requant_mult_bits),
+            "shift": unsigned(6),
+        })
+        self.result_layout = data.StructLayout({
+            "data": data.ArrayLayout(signed(cfg.acc_bits), self.cols),
+            "row": unsigned(max(1, (self.max_m - 1).bit_length())),
+            "col": unsigned(max(1, (self.max_n - 1).bit_length())),
+            "last": 1,
+        })
+        super().__init__({
+            "cmd": In(stream.Signature(self.cmd_layout)),
+            "a": In(stream.Signature(data.ArrayLayout(signed(self.a_width), self.rows))),
+            "b": In(stream.Signature(data.ArrayLayout(signed(self.b_width), self.cols))),
+            "bias": In(stream.Signature(data.ArrayLayout(signed(cfg.bias_bits), self.cols))),
+            "result": Out(stream.Signature(self.result_layout)),
+            "error": Out(1),
+        })
+
+    # Steps for the requantization product (WideMultiplier: DSP operand registers, DSP product
+    # registers, fabric product registers, partial-product sum; padded to this if shorter).
+    PRODUCT_LATENCY = 4
+    # Steps from a row in the array's row_data to its result beat being valid: bias sum, the
+    # requantization product, coarse and fine shift, rounding, output buffer.
+    POST_LATENCY = 1 + PRODUCT_LATENCY + 3 + 1
+
+    @property
+    def min_tile_steps(self) -> int:
+        """Smallest number of cycles between two tiles' last operand beats."""
+        return max(self.rows, self.cols)
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        R, C = self.rows, self.cols
+        S = self.min_tile_steps
+        m.submodules.array = array = SystolicArray(R, C, self.a_width, self.b_width,
+                                                   cfg.acc_bits)
+        mult_bits = cfg.requant_mult_bits
+
+        # ---------------------------------------------------------- step enable
+        # Everything from the operand inputs to the output buffer advances in lockstep, by one
+        # step enable that is itself a register (it fans out to every register of the array):
+        # high in a cycle when the output buffer has room for one more row and the bias a
+        # tile's row 0 needs is buffered. It is computed a cycle ahead from the next state of
+        # those registers; the buffer's room is counted without that cycle's pop (which would
+        # make the enable depend on result.ready), hence three entries.
+        OUT_DEPTH = 3
+        out_count = Signal(range(OUT_DEPTH + 1))
+        # Data registers below are reset_less (valid flags and counters keep their reset):
+        # their values are used only under a flag, and the reset/flush net stays small.
+        bias_buf = Signal(data.ArrayLayout(signed(cfg.bias_bits), C), reset_less=True)
+        bias_buf_valid = Signal()
+        # Two copies of the enable register: ``advance`` for the array (its PEs and DSP
+        # blocks) and the inverted ``stall`` for everything else, which halves each one's
+        # fanout (an inverted copy is not merged with the other by synthesis). ``go`` is
+        # ~stall, equal to advance in every cycle.
+        advance = Signal(init=1)
+        stall = Signal()
+        go = ~stall
+
+        # Per tile, written when its last beat is issued and read when its rows leave the
+        # array. Everything the row read-out needs is precomputed here (column mask, index of
+        # the tile's last valid row), so the read-out compares only small registers.
+        desc_layout = data.StructLayout({
+            "row0": unsigned(self.max_m.bit_length()),
+            "col0": unsigned(self.max_n.bit_length()),
+            "col_mask": unsigned(C),
+            "last_row": range(R),
+            "last_tile": 1,
+            "bias_en": 1,
+            "requant_en": 1,
+            "mult": unsigned(mult_bits),
+            "shift_m1": unsigned(6),
+        })
+        # Tiles between issuing their last beat and their last row leaving the array: a tile
+        # stays R + C + 4 steps and tiles are at least S steps apart.
+        depth = (R + C + 4) // S + 2
+        descs = Array(Signal(desc_layout, name=f"desc_{i}", reset_less=True)
+                      for i in range(depth))
+        desc_wr = Signal(range(depth))
+        desc_rd = Signal(range(depth))
+        desc_rd_next = Signal(range(depth), init=1)   # desc_rd + 1, wrapped
+        head = Signal(desc_layout, reset_less=True)   # registered copy of descs[desc_rd]
+
+        row_first = Signal()          # row_data holds row 0 of a tile (a register)
+        row_final = array.row_valid & (array.row_index == R - 1)
+        bias_take = row_first & head.bias_en
+        m.d.comb += array.en.eq(advance)
+
+        # ---------------------------------------------------------- command and feeder
+        # The position in the command is kept as registered flags and down-counters (first /
+        # last beat of the tile, rows and columns left), so the handshakes and the
+        # descriptor depend on no adder or comparison of wide registers.
+        cur_n = Signal(self.cmd_layout["n"].shape)
+        cur_row0 = Signal(desc_layout["row0"].shape)
+        cur_col0 = Signal(desc_layout["col0"].shape)
+        rows_left = Signal(self.cmd_layout["m"].shape)   # m - row0
+        cols_left = Signal(self.cmd_layout["n"].shape)   # n - col0
+        cur_bias_en, cur_requant_en = Signal(), Signal()
+        cur_mult = Signal(mult_bits)
+        cur_shift_m1 = Signal(6)
+        cur_k_m1 = Signal(self.cmd_layout["k"].shape)    # k - 1
+        cur_k_one = Signal()                             # k == 1
+        kk_left = Signal.like(cur_k_m1)                  # beats of the tile after this one
+        is_first, is_last = Signal(), Signal()           # this beat is the tile's first / last
+        busy = Signal()
+        since_last = Signal(range(S + 1), init=S)
+        spaced = Signal(init=1)                          # since_last >= S
+
+        # Command register: a beat is checked and decoded as it is taken (cmd.ready is
+        # ~cq_valid, a flip-flop), and the tile counters load from these registers. The
+        # command comes from the core's job registers, often far from this engine; the
+        # checks and the k - 1 subtraction then no longer share a cycle with that route,
+        # and the take below depends on this engine's flip-flops and the operand valids only.
+        cmd = self.cmd.payload
+        cmd_ok = ((cmd.m >= 1) & (cmd.m <= self.max_m) & (cmd.n >= 1) & (cmd.n <= self.max_n)
+                  & (cmd.k >= 1) & (cmd.k <= self.max_k)
+                  & (~cmd.requant_en | ((cmd.shift >= 1) & (cmd.shift <= 62))))
+        cq_valid = Signal()
+        cq_m = Signal.like(rows_left, reset_less=True)
+        cq_n = Signal.like(cur_n, reset_less=True)
+        cq_k_m1 = Signal.like(cur_k_m1, reset_less=True)
+        cq_k_one = Signal(reset_less=True)
+        cq_n_le_c = Signal(reset_less=True)
+        cq_m_le_r = Signal(reset_less=True)
+        cq_bias_en = Signal(reset_less=True)
+        cq_requant_en = Signal(reset_less=True)
+        cq_mult = Signal.like(cur_mult, reset_less=True)
+        cq_shift_m1 = Signal.like(cur_shift_m1, reset_less=True)
+        cmd_in = self.cmd.valid & ~cq_valid
+        m.d.comb += self.cmd.ready.eq(~cq_valid)
+        # A rejected command is taken but not kept: error pulses in the next cycle.
+        m.d.sync += self.error.eq(cmd_in & ~cmd_ok)
+        with m.If(cmd_in):
+            m.d.sync += [
+                cq_valid.eq(cmd_ok),
+                cq_m.eq(cmd.m), cq_n.eq(cmd.n),
+                cq_k_m1.eq(cmd.k - 1), cq_k_one.eq(cmd.k == 1),
+                cq_n_le_c.eq(cmd.n <= C), cq_m_le_r.eq(cmd.m <= R),
+                cq_bias_en.eq(cmd.bias_en), cq_requant_en.eq(cmd.requant_en),
+                # Raw results go through the requantization datapath as x * 1 >> 0.
+                cq_mult.eq(Mux(cmd.requant_en, cmd.mult, 1)),
+                cq_shift_m1.eq(Mux(cmd.requant_en, cmd.shift - 1, 0)),
+            ]
+
+        # feeding = busy & (~is_last | spaced), a register computed from the three flags'
+        # next values (busy_n, is_last_n, spaced_n): the handshakes, the command take and the
+        # tile counters' enables then start from one flip-flop, not three LUT levels of flags
+        # (this engine is spread over a large area, and that path was the routed top's worst).
+        busy_n, is_last_n, spaced_n = Signal(), Signal(), Signal()
+        feeding = Signal()
+        m.d.comb += [busy_n.eq(busy), is_last_n.eq(is_last), spaced_n.eq(spaced)]
+        m.d.sync += [busy.eq(busy_n), is_last.eq(is_last_n), spaced.eq(spaced_n),
+                     feeding.eq(busy_n & (~is_last_n | spaced_n))]
+        issue = feeding & self.a.valid & self.b.valid
+        # cols_left <= C and rows_left <= R, kept as registers next to the counters: the
+        # compares would otherwise sit in the path from the handshake to the enables.
+        row_end = Signal(init=1)
+        rows_end = Signal(init=1)
+        cmd_end = row_end & rows_end
+        finishing = issue & is_last & cmd_end
+        cmd_take = cq_valid & go & (~busy | finishing)
+        with m.If(cmd_take):
+            m.d.sync += cq_valid.eq(0)
+
+        m.d.comb += [
+            self.a.ready.eq(go & feeding & self.b.valid),
+            self.b.ready.eq(go & feeding & self.a.valid),
+            array.valid.eq(issue),
+            array.a.eq(self.a.payload),
+            array.b.eq(self.b.payload),
+            array.first.eq(issue & is_first),
+            array.last.eq(issue & is_last),
+        ]
+
+        new_desc = Signal(desc_layout)
+        m.d.comb += [
+            new_desc.row0.eq(cur_row0), new_desc.col0.eq(cur_col0),
+            new_desc.col_mask.eq(Cat(*(cols_left > c for c in range(C)))),
+            new_desc.last_row.eq(Mux(rows_left >= R, R - 1, rows_left - 1)),
+            new_desc.last_tile.eq(cmd_end), new_desc.bias_en.eq(cur_bias_en),
+            new_desc.requant_en.eq(cur_requant_en), new_desc.mult.eq(cur_mult),
+            new_desc.shift_m1.eq(cur_shift_m1),
+        ]
+
+        with m.If(go):
+            with m.If(issue & is_last):
+                m.d.sync += since_last.eq(1)
+                m.d.comb += spaced_n.eq(S <= 1)
+            with m.Else():
+                m.d.sync += since_last.eq(Mux(since_last < S, since_last + 1, S))
+                m.d.comb += spaced_n.eq(since_last >= S - 1)
+            with m.If(issue):
+                with m.If(is_last):
+                    m.d.sync += [kk_left.eq(cur_k_m1), is_first.eq(1)]
+                    m.d.comb += is_last_n.eq(cur_k_one)
+                with m.Else():
+                    m.d.sync += [kk_left.eq(kk_left - 1), is_first.eq(0)]
+                    m.d.comb += is_last_n.eq(kk_left == 1)
+                with m.If(is_last):
+                    m.d.sync += [
+                        descs[desc_wr].eq(new_desc),
+                        desc_wr.eq(Mux(desc_wr == depth - 1, 0, desc_wr + 1)),
+                    ]
+                    with m.If(row_end):
+                        m.d.sync += [cur_col0.eq(0), cols_left.eq(cur_n),
+                                     cur_row0.eq(cur_row0 + R), rows_left.eq(rows_left - R),
+                                     row_end.eq(cur_n <= C), rows_end.eq(rows_left <= 2 * R)]
+                    with m.Else():
+                        m.d.sync += [cur_col0.eq(cur_col0 + C), cols_left.eq(cols_left - C),
+                                     row_end.eq(cols_left <= 2 * C)]
+                    with m.If(cmd_end):
+                        m.d.comb += busy_n.eq(0)
+            with m.If(cmd_take):
+                m.d.comb += [busy_n.eq(1), is_last_n.eq(cq_k_one)]
+                m.d.sync += [
+                    kk_left.eq(cq_k_m1),
+                    is_first.eq(1),
+                    cur_k_m1.eq(cq_k_m1),
+                    cur_k_one.eq(cq_k_one),
+                    cur_row0.eq(0),
+                    cur_col0.eq(0),
+                    rows_left.eq(cq_m),
+                    cols_left.eq(cq_n),
+                    row_end.eq(cq_n_le_c),
+                    rows_end.eq(cq_m_le_r),
+                    cur_n.eq(cq_n),
+                    cur_bias_en.eq(cq_bias_en),
+                    cur_requant_en.eq(cq_requant_en),
+                    cur_mult.eq(cq_mult),
+                    cur_shift_m1.eq(cq_shift_m1),
+                ]
+
+        # ---------------------------------------------------------- descriptor read-out
+        # head follows descs[desc_rd] one cycle later; when desc_rd moves on, it loads the
+        # next entry directly. A descriptor is written at least C + 5 steps before its tile's
+        # first row leaves the array, so the copy is never stale when it is used.
+        advance_desc = go & row_final
+        head_next = Signal(desc_layout)
+        m.d.comb += head_next.eq(Mux(advance_desc, descs[desc_rd_next], descs[desc_rd]))
+        m.d.sync += head.eq(head_next)
+        desc_rd_next2 = Mux(desc_rd_next == depth - 1, 0, desc_rd_next + 1)
+        with m.If(advance_desc):
+            m.d.sync += [desc_rd.eq(desc_rd_next), desc_rd_next.eq(desc_rd_next2)]
+        # head_next.bias_en for the step enable, from registers: descs[desc_rd_next].bias_en
+        # kept as a register (the descriptor multiplexer sat in front of the enable), and
+        # head.bias_en, which equals descs[desc_rd].bias_en whenever a tile's row 0 is next
+        # (written at least C + 5 steps before).
+        next_bias_en = Signal()
+        m.d.sync += next_bias_en.eq(Mux(advance_desc, descs[desc_rd_next2].bias_en,
+                                        descs[desc_rd_next].bias_en))
+        head_next_bias_en = Mux(advance_desc, next_bias_en, head.bias_en)
+
+        # ---------------------------------------------------------- bias buffer
+        bias_buf_valid_next = Signal()
+        m.d.comb += [self.bias.ready.eq(~bias_buf_valid),
+                     bias_buf_valid_next.eq(bias_buf_valid)]
+        with m.If(self.bias.valid & self.bias.ready):
+            m.d.sync += bias_buf.eq(self.bias.payload)
+            m.d.comb += bias_buf_valid_next.eq(1)
+        with m.Elif(go & bias_take):
+            m.d.comb += bias_buf_valid_next.eq(0)
+        m.d.sync += bias_buf_valid.eq(bias_buf_valid_next)
+
+        # ---------------------------------------------------------- post-processing
+        # q1: bias sum; then PRODUCT_LATENCY stages of the product with mult; "coarse": shift
+        # by the multiple-of-8 part of shift - 1; "shifted": by the rest; "rounded": rounding
+        # (x + 1) >> 1 and the saturation flags; then the saturation and column mask into the
+        # output buffer. meta[i] is the side data of stage q(i + 1).
+        PL = self.PRODUCT_LATENCY
+        acc_bits = cfg.acc_bits
+        sum_shape = signed(acc_bits + 1)
+        wide_shape = signed(acc_bits + 1 + mult_bits)
+        meta_layout = data.StructLayout({
+            "valid": 1,
+            "row": self.result_layout["row"].shape,
+            "col": self.result_layout["col"].shape,
+            "last": 1,
+            "requant_en": 1,
+            "col_mask": unsigned(C),
+            "shift_m1": unsigned(6),
+        })
+        tile_bias = Signal(data.ArrayLayout(signed(cfg.bias_bits), C), reset_less=True)
+        meta = [Signal(meta_layout, name=f"meta_{i}") for i in range(1, PL + 5)]
+        q1_sum = [Signal(sum_shape, name=f"sum_{c}", reset_less=True) for c in range(C)]
+        q1_mult = Signal(mult_bits, reset_less=True)
+        q5_val = [Signal(wide_shape, name=f"coarse_{c}", reset_less=True) for c in range(C)]
+        q6_val = [Signal(wide_shape, name=f"shifted_{c}", reset_less=True) for c in range(C)]
+        q7_val = [Signal(signed(acc_bits), name=f"rounded_{c}", reset_less=True)
+                  for c in range(C)]
+        # Saturation: with a = act_bits, the rounded value (x + 1) >> 1 is above qmax iff
+        # x >= 2**a - 1, i.e. x >= 0 and (x >> a != 0 or the low a bits are all ones), and
+        # below qmin iff x < -2**a - 1, i.e. x < 0 and not (x >> a == -1 or (x >> a == -2 and
+        # the low a bits all ones)). q7 keeps these as a few partial reductions (groups of
+        # 16 bits: two LUT levels each), combined at the output.
+        a_bits = cfg.act_bits
+        upper_bits = len(Signal(wide_shape)) - a_bits
+        groups = [(lo, min(lo + 16, upper_bits)) for lo in range(0, upper_bits, 16)]
+        q7_sign = Signal(C)
+        q7_low_ones = Signal(C)
+        q7_bit_a = Signal(C)
+        q7_or = [Signal(len(groups), name=f"upper_or_{c}") for c in range(C)]
+        q7_and = [Signal(len(groups), name=f"upper_and_{c}") for c in range(C)]
+        products = []
+        for c in range(C):
+            mul = WideMultiplier(sum_shape, unsigned(mult_bits))
+            m.submodules[f"requant_mult_{c}"] = mul
+            m.d.comb += [mul.en.eq(go), mul.a.eq(q1_sum[c]), mul.b.eq(q1_mult)]
+            product = mul.p
+            for i in range(PL - mul.latency):
+                padded = Signal.like(product, name=f"product_pad_{c}_{i}")
+                with m.If(go):
+                    m.d.sync += padded.eq(product)
+                product = padded
+            products.append(product)
+
+        qmax = (1 << (cfg.act_bits - 1)) - 1
+        qmin = -(1 << (cfg.act_bits - 1))
+        row = head.row0 + array.row_index
+        with m.If(go):
+            with m.If(row_first):
+                m.d.sync += tile_bias.eq(Mux(head.bias_en, bias_buf, 0))
+            m.d.sync += [
+                meta[0].valid.eq(array.row_valid & (array.row_index <= head.last_row)),
+                meta[0].row.eq(row),
+                meta[0].col.eq(head.col0),
+                meta[0].last.eq(head.last_tile & (array.row_index == head.last_row)),
+                meta[0].requant_en.eq(head.requant_en),
+                meta[0].col_mask.eq(head.col_mask),
+                meta[0].shift_m1.eq(head.shift_m1),
+                q1_mult.eq(head.mult),
+            ]
+            m.d.sync += [meta[i].eq(meta[i - 1]) for i in range(1, len(meta))]
+            for c in range(C):
+                bias = Mux(row_first, Mux(head.bias_en, bias_buf[c], 0), tile_bias[c])
+                x6 = q6_val[c]
+                # The shift amounts, as every column's own copy (loaded with the stage
+                # before; stored XORed with the column number, so that synthesis keeps the
+                # copies apart): one register per amount fanned out to every column's
+                # shifter, about 400 LUTs, was on the routed top's failing list.
+                key = c & 7
+                sh_coarse = Signal(3, name=f"sh_coarse_{c}", reset_less=True)
+                sh_fine = Signal(3, name=f"sh_fine_{c}", reset_less=True)
+                m.d.sync += [sh_coarse.eq(meta[PL - 1].shift_m1[3:] ^ key),
+                             sh_fine.eq(meta[PL].shift_m1[:3] ^ key)]
+                with m.Switch(sh_coarse):
+                    for v in range(8):
+                        with m.Case(v):
+                            m.d.sync += q5_val[c].eq(products[c] >> (8 * (v ^ key)))
+                with m.Switch(sh_fine):
+                    for v in range(8):
+                        with m.Case(v):
+                            m.d.sync += q6_val[c].eq(q5_val[c] >> (v ^ key))
+                m.d.sync += [
+                    q1_sum[c].eq(array.row_data[c] + bias),
+                    # (x + 2**(s-1)) >> s == ((x >> (s-1)) + 1) >> 1; the result saturates
+                    # above qmax iff x >= 2 qmax + 1 and below qmin iff x < 2 qmin - 1.
+                    q7_val[c].eq(Mux(meta[PL + 2].requant_en, (x6 + 1) >> 1, x6)),
+                    q7_sign[c].eq(x6[-1]),
+                    q7_low_ones[c].eq(x6[:a_bits].all()),
+                    q7_bit_a[c].eq(x6[a_bits]),
+                    q7_or[c].eq(Cat(*(x6[a_bits + lo:a_bits + hi].any() for lo, hi in groups))),
+                    # bits above a: x >> (a + 1) == -1 (bit a itself is q7_bit_a)
+                    q7_and[c].eq(Cat(*(x6[a_bits + max(lo, 1):a_bits + hi].all()
+                                       if hi > max(lo, 1) else Const(1, 1)
+                                       for lo, hi in groups))),
+                ]
+
+        out_row = Signal(self.result_layout)
+        q7 = meta[PL + 3]
+        m.d.comb += [out_row.row.eq(q7.row), out_row.col.eq(q7.col), out_row.last.eq(q7.last)]
+        for c in range(C):
+            upper_zero = ~q7_or[c].any()
+            upper_m1 = q7_and[c].all() & q7_bit_a[c]       # x >> a == -1
+            upper_m2 = q7_and[c].all() & ~q7_bit_a[c]      # x >> a == -2
+            hi = ~q7_sign[c] & (~upper_zero | q7_low_ones[c])
+            lo = q7_sign[c] & ~upper_m1 & ~(upper_m2 & q7_low_ones[c])
+            clamped = Mux(hi, qmax, Mux(lo, qmin, q7_val[c]))
+            value = Mux(q7.requant_en, clamped, q7_val[c])
+            m.d.comb += out_row.data[c].eq(Mux(q7.col_mask[c], value, 0))
+
+        # ---------------------------------------------------------- output buffer
+        # A ring of OUT_DEPTH entries: a pushed row goes into entry ``wr``, the result beat is
+        # entry ``rd``. A pop moves only ``rd`` (a shift queue's pop reached the enables of
+        # every entry, C x acc_bits x OUT_DEPTH flip-flops, and was the routed top's worst
+        # path); the write select ``wsel`` (one-hot, push & entry) and ``push`` are
+        # registers, computed a cycle ahead with the enable.
+        entries = [Signal(self.result_layout, name=f"out_{i}", reset_less=True)
+                   for i in range(OUT_DEPTH)]
+        push = Signal()
+        wsel = Signal(OUT_DEPTH)
+        wr = Signal(range(OUT_DEPTH))
+        rd = Signal(range(OUT_DEPTH))
+        # out_valid = out_count != 0, a register updated with the count.
+        out_valid = Signal()
+        pop = out_valid & self.result.ready
+        m.d.comb += [self.result.valid.eq(out_valid),
+                     self.result.payload.eq(Array(entries)[rd])]
+        for i in range(OUT_DEPTH):
+            with m.If(wsel[i]):
+                m.d.sync += entries[i].eq(out_row)
+        with m.If(push):
+            m.d.sync += wr.eq(Mux(wr == OUT_DEPTH - 1, 0, wr + 1))
+        with m.If(pop):
+            m.d.sync += rd.eq(Mux(rd == OUT_DEPTH - 1, 0, rd + 1))
+        m.d.sync += [out_count.eq(out_count + push - pop),
+                     out_valid.eq(out_count + push - pop != 0)]
+
+        # ---------------------------------------------------------- next step enable
+        # The next cycle's row at the array output is row 0 of a tile iff the array advances
+        # now with its row-0 ready flag set (or holds such a row); its descriptor is
+        # head_next, and bias_buf_valid_next says whether its bias will be buffered.
+        row_first_next = Mux(go, array.row_ready[0], row_first)
+        m.d.sync += row_first.eq(row_first_next)
+        room_next = out_count + push < OUT_DEPTH
+        advance_next = Signal()
+        m.d.comb += advance_next.eq(room_next & ~(row_first_next & head_next_bias_en
+                                                  & ~bias_buf_valid_next))
+        q7_valid_next = Mux(go, meta[PL + 2].valid, q7.valid)
+        push_next = advance_next & q7_valid_next
+        wr_next = Mux(push, Mux(wr == OUT_DEPTH - 1, 0, wr + 1), wr)
+        m.d.sync += [advance.eq(advance_next), stall.eq(~advance_next), push.eq(push_next),
+                     wsel.eq(Cat(*(push_next & (wr_next == i) for i in range(OUT_DEPTH))))]
+        return m

@@ -1,0 +1,616 @@
+"""Register map of the attention engine's AXI4-Lite control port: the one source of truth.
+
+:func:`build_regmap` derives, from an :class:`~golden.config.AttentionConfig`, every register,
+field, access mode and the write-only weight window. The hardware block (``hw/bus/axi_lite.py``),
+the JSON and C-header emitters, the Markdown documentation and the software-side helpers
+(:func:`pack_window`, :func:`param_values`) all read this one description.
+
+Bus conventions
+    32-bit registers at byte addresses, little-endian; ``addr[1:0]`` is ignored (word access).
+    Responses are OKAY (0) or SLVERR (2). SLVERR answers addresses that hold no register, reads
+    of the weight window, and writes past the end of the used part of the window. Writes to
+    read-only registers and fields are ignored (OKAY); reads of write-only registers return 0.
+
+Weight window
+    A write-only window at ``window_base``, a power of two: 0x10000 when the window fits in
+    64 KiB, else the window size rounded up to a power of two. The window then spans
+    ``[window_base, 2 * window_base)`` and is decoded by the top address bit alone, so
+    ``addr_width = log2(window_base) + 1``. Regions, in order, each starting on a word:
+    ``WQ, WK, WV, WO`` (d_model x d_model weights, torch (out, in) layout, row-major, packed
+    little-endian: byte ``k`` of word ``a`` holds element ``4a + k`` for int8, halfword ``k``
+    holds element ``2a + k`` for 9..16-bit weights), then ``BQ, BK, BV, BO`` (d_model biases,
+    one sign-extended 32-bit word each; two words, low first, when bias_bits > 32). Each
+    region is padded to whole words; the configuration already requires d_model % 4 == 0, so
+    every weight row starts on a word and no padding occurs for the shipped configurations.
+
+Busy rules (``busy`` is the engine's run flag)
+    Guard ``run`` fields (lengths) and ``layer`` fields (requantization parameters) and the
+    weight window: a write while busy is dropped and raises ``ERROR_CAUSE.WRITE_WHILE_BUSY``.
+    An accepted ``layer`` or window write clears ``STATUS.WEIGHTS_VALID`` until the next
+    ``WEIGHTS_COMMIT``. Guard ``hold`` fields (``CTRL.CAUSAL``, ``CTRL.CROSS``) keep their value
+    while busy, silently, so ``CTRL`` can still be written to change ``IRQ_EN`` during a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from golden.config import AttentionConfig, load_config
+
+__all__ = [
+    "Access", "Guard", "Field", "Register", "WindowRegion", "RegisterMap", "RegmapError",
+    "build_regmap", "regmap_json", "regmap_c_header", "regmap_markdown", "pack_window",
+    "param_values", "ERROR_CAUSES", "ID_VALUE", "VERSION_VALUE", "RESP_OKAY", "RESP_SLVERR",
+]
+
+ID_VALUE = 0x4154544E            # "ATTN" in ASCII, most significant byte first
+VERSION_VALUE = 0x00010100       # 1.1.0: major[31:16], minor[15:8], patch[7:0]
+DATA_BITS = 32
+REG_BLOCK_SIZE = 0x100           # registers live in 0x000..0x0FF
+MIN_WINDOW_BASE = 0x10000
+SHIFT_BITS = 6                   # requantization shifts are 1..62
+LENGTH_BITS = 16                 # SEQ_LEN / KV_LEN / KEY_LEN fields (configs allow <= 4096)
+RESP_OKAY = 0
+RESP_SLVERR = 2
+
+# ERROR_CAUSE bits, in bit order, with what raises each one.
+ERROR_CAUSES = (
+    ("BAD_SEQ_LEN", "START with SEQ_LEN outside 1..max_seq_len, or (self-attention, where "
+                    "the queries are also the keys) above max_kv_len"),
+    ("BAD_KV_LEN", "START in CROSS mode with KV_LEN outside 1..max_kv_len"),
+    ("BAD_KEY_LEN", "START with KEY_LEN larger than the key rows (KV_LEN in CROSS mode, "
+                    "else SEQ_LEN)"),
+    ("START_WHILE_BUSY", "START written while STATUS.START_READY is 0: the input buffer holds "
+                         "a sequence still loading or waiting for the arrays (the start is "
+                         "dropped)"),
+    ("NO_WEIGHTS", "START while STATUS.WEIGHTS_VALID is 0"),
+    ("STREAM_SHORT", "an input stream ended (tlast) before the expected row count (engine)"),
+    ("STREAM_LONG", "tlast missing where the expected row count ends (engine)"),
+    ("WRITE_WHILE_BUSY", "weight-window or parameter write during a run (the write is "
+                         "dropped)"),
+    ("BAD_CROSS", "START with CTRL.CROSS set but the configuration has no cross-attention"),
+    ("BAD_CAUSAL", "START with CTRL.CAUSAL set but the configuration has no causal mask"),
+    ("BAD_SHIFT", "START while a requantization or exponent shift register is outside 1..62 "
+                  "(they reset to 0: after a reset, write the parameters again)"),
+    ("ENGINE_FAULT", "a matrix engine rejected a command or the softmax unit flagged invalid "
+                     "settings; the run was abandoned (engine)"),
+)
+
+
+class RegmapError(ValueError):
+    """A register map that cannot be built; the message names the value and the limit."""
+
+
+class Access(enum.Enum):
+    """How software sees a field."""
+    RO = "ro"      # read-only; writes are ignored
+    RW = "rw"      # read/write, byte strobes honoured
+    W1C = "w1c"    # sticky flag; writing 1 clears it
+    WO = "wo"      # writing 1 triggers an action; reads 0
+
+
+class Guard(enum.Enum):
+    """What a write to a field does while the engine is busy."""
+    NONE = "none"    # always written
+    HOLD = "hold"    # value kept while busy, silently
+    RUN = "run"      # write dropped while busy, raises WRITE_WHILE_BUSY
+    LAYER = "layer"  # as RUN; an accepted write also clears STATUS.WEIGHTS_VALID
+
+
+@dataclass(frozen=True)
+class Field:
+    """``width`` bits at ``lsb`` of a register. ``const`` fields always read ``reset``.
+
+    ``port`` names the hardware port that carries the field (RW fields: an output of the
+    register block; RO fields: an input from the engine), if any.
+    """
+    name: str
+    lsb: int
+    width: int
+    access: Access
+    desc: str
+    reset: int = 0
+    const: bool = False
+    port: str | None = None
+    guard: Guard = Guard.NONE
+
+    def __post_init__(self):
+        if not 0 <= self.lsb or not 1 <= self.width or self.lsb + self.width > DATA_BITS:
+            raise RegmapError(f"field {self.name}: bits {self.lsb}+{self.width} do not fit "
+                              f"a {DATA_BITS}-bit register")
+        if not 0 <= self.reset < 1 << self.width:
+            raise RegmapError(f"field {self.name}: value {self.reset} does not fit "
+                              f"{self.width} bits (allowed 0..{(1 << self.width) - 1})")
+
+    @property
+    def mask(self) -> int:
+        """The field's bits in place within the register."""
+        return ((1 << self.width) - 1) << self.lsb
+
+    @property
+    def msb(self) -> int:
+        return self.lsb + self.width - 1
+
+
+@dataclass(frozen=True)
+class Register:
+    name: str
+    offset: int
+    desc: str
+    fields: tuple[Field, ...]
+
+    def __post_init__(self):
+        if self.offset % 4 or not 0 <= self.offset < REG_BLOCK_SIZE:
+            raise RegmapError(f"register {self.name}: offset {self.offset:#x} must be "
+                              f"word-aligned in 0..{REG_BLOCK_SIZE - 4:#x}")
+        used = 0
+        for f in self.fields:
+            if used & f.mask:
+                raise RegmapError(f"register {self.name}: field {f.name} overlaps another field")
+            used |= f.mask
+
+    @property
+    def reset(self) -> int:
+        """Value read after reset, with every engine input at 0."""
+        return sum(f.reset << f.lsb for f in self.fields if f.access is not Access.WO)
+
+    @property
+    def access(self) -> str:
+        """The fields' access mode when they share one, else ``"mixed"``."""
+        modes = {f.access.value for f in self.fields}
+        return modes.pop() if len(modes) == 1 else "mixed"
+
+    def field(self, name: str) -> Field:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(f"register {self.name} has no field {name!r}; fields: "
+                       f"{', '.join(f.name for f in self.fields)}")
+
+
+@dataclass(frozen=True)
+class WindowRegion:
+    """One tensor in the weight window: ``offset``/``size`` in bytes from the window base."""
+    name: str
+    tensor: str          # QuantizedLayer attribute (wq, ..., bo)
+    offset: int
+    size: int
+    shape: tuple[int, ...]
+    element_bits: int    # bits of one stored element (8, 16 or 32 ... per word slot)
+    desc: str
+
+    @property
+    def word_offset(self) -> int:
+        return self.offset // 4
+
+    @property
+    def words(self) -> int:
+        return self.size // 4
+
+
+@dataclass(frozen=True)
+class RegisterMap:
+    """The complete map of one configuration (see the module docstring for the conventions)."""
+    cfg: AttentionConfig
+    registers: tuple[Register, ...]
+    regions: tuple[WindowRegion, ...]
+    window_base: int
+    window_size: int     # bytes used by the regions
+    addr_width: int
+    _by_name: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self):
+        self._by_name.update({r.name: r for r in self.registers})
+
+    def __getitem__(self, name: str) -> Register:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise KeyError(f"no register {name!r}; registers: "
+                           f"{', '.join(self._by_name)}") from None
+
+    def __iter__(self):
+        return iter(self.registers)
+
+    @property
+    def window_span(self) -> int:
+        """Bytes of address space the window decodes (``window_base``, a power of two)."""
+        return self.window_base
+
+    @property
+    def window_words(self) -> int:
+        return self.window_size // 4
+
+    @property
+    def window_addr_bits(self) -> int:
+        """Width of a word address within the used part of the window."""
+        return max(1, (self.window_words - 1).bit_length())
+
+    def region(self, name: str) -> WindowRegion:
+        for r in self.regions:
+            if r.name == name or r.tensor == name:
+                return r
+        raise KeyError(f"no window region {name!r}; regions: "
+                       f"{', '.join(r.name for r in self.regions)}")
+
+    def fields_with_port(self):
+        """``(register, field)`` pairs of every field carried by a hardware port."""
+        return [(r, f) for r in self.registers for f in r.fields if f.port]
+
+    def run_settings(self) -> dict[str, int]:
+        """``{port: width}`` of every read-write field with a port, in map order: the settings
+        a run samples at START (mode bits, lengths, requantization and exponent fields)."""
+        return {f.port: f.width for _, f in self.fields_with_port() if f.access is Access.RW}
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.cfg.name,
+            "generator": "hw/bus/regmap.py",
+            "bus": {"protocol": "AXI4-Lite", "data_width": DATA_BITS,
+                    "addr_width": self.addr_width, "endianness": "little",
+                    "resp": {"OKAY": RESP_OKAY, "SLVERR": RESP_SLVERR}},
+            "registers": [{
+                "name": r.name, "offset": r.offset, "access": r.access, "reset": r.reset,
+                "desc": r.desc,
+                "fields": [{
+                    "name": f.name, "lsb": f.lsb, "width": f.width, "mask": f.mask,
+                    "access": f.access.value, "reset": f.reset, "const": f.const,
+                    "guard": f.guard.value, "port": f.port, "desc": f.desc,
+                } for f in r.fields],
+            } for r in self.registers],
+            "window": {
+                "base": self.window_base, "span": self.window_span, "size": self.window_size,
+                "access": "wo",
+                "regions": [{
+                    "name": g.name, "tensor": g.tensor, "offset": g.offset, "size": g.size,
+                    "shape": list(g.shape), "element_bits": g.element_bits, "desc": g.desc,
+                } for g in self.regions],
+            },
+            "error_causes": [{"name": n, "bit": i, "desc": d}
+                             for i, (n, d) in enumerate(ERROR_CAUSES)],
+            "config": self.cfg.to_dict(),
+        }
+
+
+# ------------------------------------------------------------------------------ building
+
+def _requant_registers(cfg: AttentionConfig) -> list[Register]:
+    regs = []
+    offset = 0x040
+    stages = [("Q", "rq_q", "query projection"), ("K", "rq_k", "key projection"),
+              ("V", "rq_v", "value projection"), ("PV", "rq_pv", "P.V product"),
+              ("O", "rq_o", "output projection")]
+    for tag, attr, what in stages:
+        for part, width, desc in (
+                ("MULT", cfg.requant_mult_bits, f"requantization multiplier of the {what}"),
+                ("SHIFT", SHIFT_BITS, f"requantization right shift of the {what} (1..62)")):
+            port = f"{attr}_{part.lower()}"
+            regs.append(Register(f"RQ_{tag}_{part}", offset, desc[0].upper() + desc[1:] + ".", (
+                Field(part, 0, width, Access.RW, desc, port=port, guard=Guard.LAYER),)))
+            offset += 4
+    for part, width, desc in (
+            ("MULT", cfg.exp_mult_bits, "score-to-exponent multiplier of the softmax"),
+            ("SHIFT", SHIFT_BITS, "score-to-exponent right shift of the softmax (1..62)")):
+        regs.append(Register(f"EXP_{part}", offset, desc[0].upper() + desc[1:] + ".", (
+            Field(part, 0, width, Access.RW, desc, port=f"exp_{part.lower()}",
+                  guard=Guard.LAYER),)))
+        offset += 4
+    return regs
+
+
+def _window_regions(cfg: AttentionConfig) -> list[WindowRegion]:
+    if cfg.weight_bits > 16:
+        raise RegmapError(f"weight_bits = {cfg.weight_bits} cannot be packed into the window: "
+                          f"allowed 2..16")
+    d = cfg.d_model
+    wbits = 8 if cfg.weight_bits <= 8 else 16
+    bias_words = -(-cfg.bias_bits // 32)
+    regions, offset = [], 0
+    for t in ("q", "k", "v", "o"):
+        size = -(-(d * d * wbits // 8) // 4) * 4      # padded to whole words
+        regions.append(WindowRegion(
+            f"W{t.upper()}", f"w{t}", offset, size, (d, d), wbits,
+            f"W_{t} (out, in) row-major, {32 // wbits} elements per word"))
+        offset += size
+    for t in ("q", "k", "v", "o"):
+        size = d * bias_words * 4
+        regions.append(WindowRegion(
+            f"B{t.upper()}", f"b{t}", offset, size, (d,), 32 * bias_words,
+            f"b_{t}, one sign-extended {32 * bias_words}-bit value per "
+            f"{'word' if bias_words == 1 else f'{bias_words} words (low word first)'}"))
+        offset += size
+    return regions
+
+
+def build_regmap(cfg: AttentionConfig) -> RegisterMap:
+    """Derive the register map of ``cfg``."""
+    if not isinstance(cfg, AttentionConfig):
+        raise TypeError(f"build_regmap needs an AttentionConfig, not {cfg!r}")
+    R, F = Register, Field
+    ro_count = lambda port, desc: (F("COUNT", 0, 32, Access.RO, desc, port=port),)  # noqa: E731
+    regs = [
+        R("ID", 0x000, "Identification: ASCII \"ATTN\".",
+          (F("ID", 0, 32, Access.RO, "constant 0x4154544E", reset=ID_VALUE, const=True),)),
+        R("VERSION", 0x004, "Register-map version major[31:16].minor[15:8].patch[7:0].",
+          (F("VERSION", 0, 32, Access.RO, "constant", reset=VERSION_VALUE, const=True),)),
+        R("CTRL", 0x008, "Control: run start and run mode.", (
+            F("START", 0, 1, Access.WO, "write 1 to start a run (checked first; reads 0)"),
+            F("CAUSAL", 1, 1, Access.RW, "causal mask: key j > query i is masked",
+              port="causal"),
+            F("CROSS", 2, 1, Access.RW, "cross-attention: K/V from the second input sequence",
+              port="cross"),
+            F("IRQ_EN", 3, 1, Access.RW, "irq = IRQ_EN & (DONE | ERROR)"),
+        )),
+        R("STATUS", 0x00C, "Status.", (
+            F("BUSY", 0, 1, Access.RO, "a run is in progress", port="busy"),
+            F("DONE", 1, 1, Access.W1C, "a run finished (sticky)"),
+            F("ERROR", 2, 1, Access.W1C,
+              "some ERROR_CAUSE bit is set; writing 1 clears every cause"),
+            F("WEIGHTS_VALID", 3, 1, Access.RO,
+              "weights and parameters committed and unchanged since", port="weights_valid"),
+            F("START_READY", 4, 1, Access.RO,
+              "a START now would be accepted: the input buffer is free (a new sequence may "
+              "start while the previous ones compute and stream out)", port="start_ready"),
+        )),
+        R("ERROR_CAUSE", 0x010, "Why STATUS.ERROR is set; write 1 to clear a cause.",
+          tuple(F(n, i, 1, Access.W1C, d) for i, (n, d) in enumerate(ERROR_CAUSES))),
+        R("SEQ_LEN", 0x014, f"Query rows of the next run, 1..{cfg.max_seq_len}.",
+          (F("LEN", 0, LENGTH_BITS, Access.RW, "query rows", reset=cfg.max_seq_len,
+             port="seq_len"),)),
+        R("KV_LEN", 0x018, f"Rows of the second sequence in CROSS mode, 1..{cfg.max_kv_len}.",
+          (F("LEN", 0, LENGTH_BITS, Access.RW, "key/value rows (CROSS mode only)",
+             reset=cfg.max_kv_len, port="kv_len"),)),
+        R("KEY_LEN", 0x01C, "Keys that count (key padding); 0 means all key rows.",
+          (F("LEN", 0, LENGTH_BITS, Access.RW, "valid keys, 0 = all", reset=0,
+             port="key_len"),)),
+        R("CYCLES", 0x020, "Clock cycles of the last finished sequence, from its START to "
+          "its done (time queued behind the previous sequence included).",
+          ro_count("cycles", "cycles")),
+        R("BUSY_CYCLES", 0x024, "Cycles the matrix arrays took operands for the last "
+          "finished sequence.", ro_count("busy_cycles", "cycles")),
+        R("STALL_CYCLES", 0x034, "Cycles the arrays of the last finished sequence waited for "
+          "softmax probabilities (P.V held for rows of P).",
+          ro_count("stall_cycles", "cycles")),
+        R("CONFIG0", 0x028, "Generated configuration.", (
+            F("D_MODEL", 0, 16, Access.RO, "d_model", reset=cfg.d_model, const=True),
+            F("HEADS", 16, 8, Access.RO, "heads", reset=cfg.heads, const=True),
+            F("ENGINES", 24, 8, Access.RO, "head engines", reset=cfg.engines, const=True),
+        )),
+        R("CONFIG1", 0x02C, "Generated configuration.", (
+            F("MAX_SEQ_LEN", 0, 16, Access.RO, "max_seq_len", reset=cfg.max_seq_len,
+              const=True),
+            F("MAX_KV_LEN", 16, 16, Access.RO, "max_kv_len", reset=cfg.max_kv_len,
+              const=True),
+        )),
+        R("CONFIG2", 0x030, "Generated configuration.", (
+            F("ARRAY_ROWS", 0, 8, Access.RO, "systolic array rows", reset=cfg.array_rows,
+              const=True),
+            F("ARRAY_COLS", 8, 8, Access.RO, "systolic array columns", reset=cfg.array_cols,
+              const=True),
+            F("CAUSAL_MASK", 16, 1, Access.RO, "causal mask supported",
+              reset=int(cfg.causal_mask), const=True),
+            F("CROSS_ATTENTION", 17, 1, Access.RO, "cross-attention supported",
+              reset=int(cfg.cross_attention), const=True),
+        )),
+        *_requant_registers(cfg),
+        R("WEIGHTS_COMMIT", 0x080, "Write 1 when all weights and parameters are loaded.",
+          (F("COMMIT", 0, 1, Access.WO, "sets STATUS.WEIGHTS_VALID"),)),
+    ]
+    offsets = sorted(r.offset for r in regs)
+    if len(set(offsets)) != len(offsets):
+        raise RegmapError("two registers share an offset")
+
+    regions = _window_regions(cfg)
+    size = regions[-1].offset + regions[-1].size
+    base = max(MIN_WINDOW_BASE, 1 << (size - 1).bit_length())
+    addr_width = base.bit_length()     # log2(base) + 1: the top bit selects the window
+    if addr_width > 32:
+        raise RegmapError(f"the weight window needs {size} bytes, beyond a 32-bit address "
+                          f"space (d_model = {cfg.d_model})")
+    return RegisterMap(cfg, tuple(regs), tuple(regions), base, size, addr_width)
+
+
+# ------------------------------------------------------------------------------ software helpers
+
+def pack_window(rmap: RegisterMap, layer) -> list[int]:
+    """Window image of ``layer`` (a ``QuantizedLayer``): ``rmap.window_words`` 32-bit words.
+
+    Word ``i`` is written to byte address ``rmap.window_base + 4 * i``.
+    """
+    import numpy as np
+    words = np.zeros(rmap.window_words, dtype=np.uint32)
+    for g in rmap.regions:
+        t = np.asarray(getattr(layer, g.tensor), dtype=np.int64)
+        if t.shape != g.shape:
+            raise ValueError(f"{g.tensor} has shape {t.shape}: expected {g.shape}")
+        flat = t.reshape(-1)
+        if g.element_bits >= 32:
+            nw = g.element_bits // 32
+            v = flat.astype(object)
+            chunks = [(int(x) >> (32 * j)) & 0xFFFFFFFF for x in v for j in range(nw)]
+            words[g.word_offset:g.word_offset + len(chunks)] = chunks
+        else:
+            per = 32 // g.element_bits
+            lanes = np.zeros(g.words * per, dtype=np.int64)
+            lanes[:flat.size] = flat & ((1 << g.element_bits) - 1)
+            lanes = lanes.reshape(g.words, per)
+            packed = sum(lanes[:, k] << (k * g.element_bits) for k in range(per))
+            words[g.word_offset:g.word_offset + g.words] = packed.astype(np.uint32)
+    return [int(w) for w in words]
+
+
+def param_values(rmap: RegisterMap, layer) -> dict[str, int]:
+    """Register name -> value of every requantization/exponent parameter of ``layer``."""
+    out = {}
+    for stage in ("q", "k", "v", "pv", "o"):
+        rq = getattr(layer, f"rq_{stage}")
+        out[f"RQ_{stage.upper()}_MULT"] = int(rq.mult)
+        out[f"RQ_{stage.upper()}_SHIFT"] = int(rq.shift)
+    out["EXP_MULT"] = int(layer.exp_mult)
+    out["EXP_SHIFT"] = int(layer.exp_shift)
+    for name, value in out.items():
+        f = rmap[name].fields[0]
+        if not 0 <= value < 1 << f.width:
+            raise ValueError(f"{name} = {value} is out of range: allowed 0..{(1 << f.width) - 1}")
+    return out
+
+
+# ------------------------------------------------------------------------------ emitters
+
+def regmap_json(cfg: AttentionConfig) -> str:
+    return json.dumps(build_regmap(cfg).to_dict(), indent=2) + "\n"
+
+
+def _c_ident(name: str) -> str:
+    out = "".join(c if c.isalnum() else "_" for c in name.upper())
+    return out if not out[0].isdigit() else "_" + out
+
+
+def regmap_c_header(cfg: AttentionConfig, prefix: str = "ATTN") -> str:
+    """C header with offsets, field shifts/masks/widths, window layout and config constants."""
+    rmap = build_regmap(cfg)
+    guard = f"{prefix}_REGS_{_c_ident(cfg.name)}_H"
+    lines = [
+        f"/* Register map of attention engine \"{cfg.name}\". Generated by hw/bus/regmap.py from",
+        " * the configuration; do not edit. Offsets are bytes from the AXI4-Lite base. */",
+        f"#ifndef {guard}", f"#define {guard}", "",
+        f"#define {prefix}_ADDR_WIDTH {rmap.addr_width}u",
+        f"#define {prefix}_ID_VALUE 0x{ID_VALUE:08X}u",
+        f"#define {prefix}_VERSION_VALUE 0x{VERSION_VALUE:08X}u",
+        f"#define {prefix}_RESP_OKAY {RESP_OKAY}u",
+        f"#define {prefix}_RESP_SLVERR {RESP_SLVERR}u", "",
+    ]
+    for r in rmap:
+        p = f"{prefix}_{r.name}"
+        lines.append(f"/* {r.name} ({r.access}): {r.desc} */")
+        lines.append(f"#define {p}_OFFSET 0x{r.offset:03X}u")
+        lines.append(f"#define {p}_RESET 0x{r.reset:08X}u")
+        for f in r.fields:
+            lines.append(f"#define {p}_{f.name}_SHIFT {f.lsb}u")
+            lines.append(f"#define {p}_{f.name}_WIDTH {f.width}u")
+            lines.append(f"#define {p}_{f.name}_MASK 0x{f.mask:08X}u")
+        lines.append("")
+    lines.append("/* Write-only weight window (reads return SLVERR). */")
+    lines.append(f"#define {prefix}_WINDOW_BASE 0x{rmap.window_base:08X}u")
+    lines.append(f"#define {prefix}_WINDOW_SPAN 0x{rmap.window_span:08X}u")
+    lines.append(f"#define {prefix}_WINDOW_SIZE 0x{rmap.window_size:08X}u")
+    for g in rmap.regions:
+        p = f"{prefix}_WINDOW_{g.name}"
+        lines.append(f"/* {g.desc} */")
+        lines.append(f"#define {p}_OFFSET 0x{g.offset:08X}u")
+        lines.append(f"#define {p}_SIZE 0x{g.size:08X}u")
+        lines.append(f"#define {p}_ELEMENT_BITS {g.element_bits}u")
+    lines.append("")
+    lines.append("/* Generated configuration. */")
+    c = cfg.to_dict()
+    for section, values in c.items():
+        if not isinstance(values, dict):
+            continue
+        for k, v in values.items():
+            v = int(v)
+            lines.append(f"#define {prefix}_CFG_{_c_ident(k)} {v}{'u' if v < 1 << 32 else 'ull'}")
+    lines += ["", f"#endif /* {guard} */", ""]
+    return "\n".join(lines)
+
+
+def regmap_markdown(cfg: AttentionConfig) -> str:
+    """Register map documentation (docs/register_map.md holds the default config's)."""
+    rmap = build_regmap(cfg)
+    out = [
+        f"# Register map (configuration `{cfg.name}`)", "",
+        "Generated by `hw/bus/regmap.py` (`python -m hw.bus.regmap --config ... --out DIR`); do not "
+        "edit. The same description drives the hardware (`hw/bus/axi_lite.py`), `regmap.json` "
+        "and the C header.", "",
+        f"AXI4-Lite, 32-bit data, {rmap.addr_width}-bit byte addresses, little-endian; "
+        "`addr[1:0]` is ignored. Responses: OKAY (0), or SLVERR (2) for addresses with no "
+        "register, reads of the weight window and writes past its used part. Writes to "
+        "read-only registers are ignored (OKAY); write-only registers read 0.", "",
+        "Access: `ro` read-only, `rw` read/write (byte strobes honoured), `w1c` sticky, write 1 "
+        "to clear, `wo` write 1 to trigger (reads 0). Guard (what a write does while "
+        "`STATUS.BUSY`): `none` always written; `run` dropped and raises `WRITE_WHILE_BUSY`; "
+        "`layer` the same, and an accepted write clears `STATUS.WEIGHTS_VALID`; `hold` the "
+        "value is kept, silently.",
+        "", "## Registers", "",
+        "| offset | name | access | reset | description |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rmap:
+        out.append(f"| 0x{r.offset:03X} | `{r.name}` | {r.access} | 0x{r.reset:08X} | "
+                   f"{r.desc} |")
+    out += ["", "## Fields", ""]
+    for r in rmap:
+        out += [f"### 0x{r.offset:03X} `{r.name}`", "", r.desc, "",
+                "| bits | field | access | reset | guard | description |",
+                "|---|---|---|---|---|---|"]
+        for f in sorted(r.fields, key=lambda f: -f.lsb):
+            bits = f"{f.msb}:{f.lsb}" if f.width > 1 else f"{f.lsb}"
+            out.append(f"| {bits} | `{f.name}` | {f.access.value} | {f.reset:#x} | "
+                       f"{f.guard.value} | {f.desc} |")
+        out.append("")
+    out += [
+        "## Weight window", "",
+        f"Base 0x{rmap.window_base:X} (span 0x{rmap.window_span:X} bytes, "
+        f"{rmap.window_size} bytes used), write-only: reads return SLVERR. Weights are in "
+        "torch (out, in) layout, row-major, packed little-endian (byte `k` of word `a` is "
+        "element `4a + k` for int8). Every region starts on a word and is padded to whole "
+        "words (the configuration requires d_model % 4 == 0, so rows never straddle words). "
+        "A write here while busy is dropped and raises `WRITE_WHILE_BUSY`; an accepted "
+        "write clears `STATUS.WEIGHTS_VALID` until `WEIGHTS_COMMIT`.", "",
+        "| address | region | bytes | element bits | layout |",
+        "|---|---|---|---|---|",
+    ]
+    for g in rmap.regions:
+        out.append(f"| 0x{rmap.window_base + g.offset:X} | `{g.name}` | {g.size} | "
+                   f"{g.element_bits} | {g.desc} |")
+    out += [
+        "", "## Run sequence", "",
+        "1. Write the weight window and the `RQ_*` / `EXP_*` registers, then "
+        "`WEIGHTS_COMMIT = 1`.",
+        "2. Write `SEQ_LEN`, `KV_LEN` (CROSS mode), `KEY_LEN`.",
+        "3. Write `CTRL` with `START` and the mode bits of this run (they take effect with "
+        "the same write). The start is checked first: `SEQ_LEN`, `KV_LEN` (CROSS only), "
+        "`KEY_LEN`, `WEIGHTS_VALID`, and the mode bits against the configuration; any failure "
+        "sets its `ERROR_CAUSE` bits and `STATUS.ERROR` and no run starts.",
+        "4. Send the sequence on the input stream; its result comes out on the output "
+        "stream. Each finished sequence sets `STATUS.DONE` (or `irq` with `IRQ_EN`); clear it "
+        "by writing 1. `CYCLES`, `BUSY_CYCLES` and `STALL_CYCLES` then hold that sequence's "
+        "counts.", "",
+        "Sequences overlap: the input and output buffers are double. As soon as "
+        "`STATUS.START_READY` is 1 (the previous sequence has been loaded and the arrays have "
+        "taken it), steps 2-4 may run for the next sequence while the previous one computes "
+        "and streams out. Results come out in START order. The length and mode registers "
+        "are sampled by START, so they may be rewritten while busy.", "",
+        "## Errors and interrupt", "",
+        "- `STATUS.ERROR` is set while any `ERROR_CAUSE` bit is set. Writing 1 to a cause "
+        "clears it; writing 1 to `STATUS.ERROR` clears every cause.",
+        "- START while `STATUS.START_READY` is 0 sets `START_WHILE_BUSY` and is dropped. A "
+        "write to the weight window or an `RQ_*`/`EXP_*` register while busy (any sequence "
+        "loading, computing or streaming) is dropped and sets `WRITE_WHILE_BUSY` (the bus "
+        "still answers OKAY).",
+        "- The engine sets `STREAM_SHORT` / `STREAM_LONG` (and `DONE`); an engine event in the "
+        "same cycle as a software clear wins, so no event is lost.",
+        "- `irq = CTRL.IRQ_EN & (STATUS.DONE | STATUS.ERROR)`, a level.", "",
+    ]
+    return "\n".join(out)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description="Emit the register map of a configuration.")
+    ap.add_argument("--config", default="configs/default.toml")
+    ap.add_argument("--out", default="build/regmap")
+    args = ap.parse_args(argv)
+    cfg = load_config(args.config)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "regmap.json").write_text(regmap_json(cfg))
+    (out / f"attention_regs_{_c_ident(cfg.name).lower()}.h").write_text(regmap_c_header(cfg))
+    (out / "register_map.md").write_text(regmap_markdown(cfg))
+    print(f"wrote {out}/regmap.json, C header, register_map.md")
+
+
+if __name__ == "__main__":
+    main()

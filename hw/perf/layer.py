@@ -1,0 +1,228 @@
+"""Cycle model of a whole attention layer on :class:`hw.core.attention_core.AttentionCore`.
+
+Pure Python (the block latencies come from :mod:`hw.perf.matmul` and :mod:`hw.perf.softmax`). It
+follows the core's schedule with an always-valid input stream and an always-ready output
+stream:
+
+1. **load**: START, then one input word per cycle (``seq * d_model / 4``, plus the second
+   sequence in cross mode);
+2. **compute**: the sequencer's jobs one after another, each a matrix-engine command
+   (:func:`hw.perf.matmul.matmul_cycles`) plus :data:`JOB_OVERHEAD` cycles of issue and completion:
+   for every head group Q, K, V projections, then for every group scores and P.V, then for
+   every group the output projection. P.V may wait for the softmax unit (``softmax_stall``):
+   a row tile of P is fetched only when all its rows are written, which the model finds by
+   following score rows through the softmax unit row by row (:func:`_pv_stall`);
+3. **stream**: the output buffer onto the bus, ``seq * d_model / 4`` words, one per
+   ``4 / P`` cycles (P = bytes per buffer read, :func:`stream_bytes_per_cycle`).
+
+``latency`` is what the CYCLES register shows for a sequence started on an idle engine.
+``interval`` is the steady-state cycles per sequence when sequences are started as soon as
+STATUS.START_READY allows: the double buffers overlap one sequence's load and stream with
+the neighbours' compute, so the slowest stage sets the pace.
+
+``python -m hw.perf.layer --config configs/default.toml`` prints the model for a sweep of
+lengths. ``sim.bench.layer`` compares it with simulated cycles.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass
+
+from golden.config import AttentionConfig
+
+from hw.perf.matmul import ARRAY_LATENCY_EXTRA, POST_LATENCY, matmul_cycles
+from hw.perf.softmax import SoftmaxTiming
+
+__all__ = ["LayerTiming", "layer_timing", "stream_bytes_per_cycle", "JOB_OVERHEAD",
+           "LOAD_OVERHEAD", "STREAM_OVERHEAD", "FETCH_LATENCY"]
+
+# Cycles from a job's go pulse to the engine's first operand beat: command and fetch registers.
+FETCH_LATENCY = 6
+# Cycles a job spends beyond matmul_cycles: FETCH_LATENCY before its first beat, then the
+# result register (rs), the result write register, the result-done register, the registered
+# job_done and the sequencer's job_done -> job_go step after its last result.
+JOB_OVERHEAD = FETCH_LATENCY + 4
+# From START to the first job's go pulse, beyond the input words: the start strobe is
+# sampled into the loader, which hands the loaded sequence to the sequencer (take) one cycle
+# after its last word, and the sequencer raises go the cycle after that.
+LOAD_OVERHEAD = 2
+# From the softmax feeder's score buffer read to the beat at the softmax unit's input: the
+# block RAM read and its data register (ss2).
+SCORE_FEED_LATENCY = 2
+# From the last job's completion to the final output word, beyond one word per 4 / P cycles:
+# the HANDOFF state starts the streamer, whose first buffer read is registered (os2), then
+# the output register slice.
+STREAM_OVERHEAD = 3
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def stream_bytes_per_cycle(cfg: AttentionConfig) -> int:
+    """Bytes the output streamer reads per cycle: 4 (a bus word per cycle) when four
+    adjacent output columns always share one buffer word, else 2 or 1."""
+    return math.gcd(4, math.gcd(cfg.array_cols, cfg.head_dim))
+
+
+@dataclass(frozen=True)
+class LayerTiming:
+    seq_len: int
+    kv_len: int
+    load: int                 # START to the first job
+    jobs: tuple               # (name, cycles) per job, softmax stalls included
+    softmax_stall: int        # cycles P.V waited for probability rows (STALL_CYCLES)
+    stream: int               # last job to the final output word
+    macs: int                 # multiply-accumulates of the layer
+    ideal: float              # macs / total PEs
+
+    @property
+    def compute(self) -> int:
+        return sum(c for _, c in self.jobs)
+
+    @property
+    def latency(self) -> int:
+        """CYCLES of a sequence started on an idle engine."""
+        return self.load + self.compute + self.stream
+
+    @property
+    def interval(self) -> int:
+        """Cycles per sequence in a back-to-back stream of equal sequences: the slowest of
+        the three overlapped stages (load, compute plus its hand-offs, stream)."""
+        return max(self.load, self.compute + LOAD_OVERHEAD, self.stream)
+
+    @property
+    def utilization(self) -> float:
+        return self.ideal / self.latency
+
+
+def _score_row_times(cfg, seq, kv, start):
+    """Cycle each score row is counted as written (score_rows visible), for a scores job
+    whose first operand beat is taken at ``start``."""
+    R, C = cfg.array_rows, cfg.array_cols
+    k = cfg.head_dim
+    tiles_n = _cdiv(kv, C)
+    step = max(k, R, C)
+    out = []
+    for i in range(seq):
+        last_tile = (i // R) * tiles_n + tiles_n - 1
+        last_beat = start + (k - 1) + last_tile * step
+        # + 3: the result register (rs), the result write register, then the score_rows
+        # count.
+        out.append(last_beat + C + ARRAY_LATENCY_EXTRA + i % R + POST_LATENCY + 3)
+    return out
+
+
+def _softmax_row_done(cfg, arrivals, beats):
+    """Cycle each row's probabilities are all written (prob_rows visible), for rows whose
+    first beat reaches the softmax unit at ``arrivals[i]`` (one beat per cycle)."""
+    t = SoftmaxTiming.of(cfg)
+    x_last = n_last = -1 << 30
+    out = []
+    for a in arrivals:
+        readable = a + beats - 1 + t.reduce_latency + t.queue_latency
+        x_load = max(readable, x_last)
+        x_last = x_load + beats
+        recip_ready = x_last + t.exp_latency + 1 + t.divider_latency + t.queue_latency
+        n_load = max(recip_ready, n_last)
+        n_last = n_load + beats
+        out.append(n_last + t.normalise_latency + 1)
+    return out
+
+
+def _pv_stall(cfg, seq, kv, scores_go, pv_go):
+    """Cycles the P.V job starting at ``pv_go`` waits for rows of P, given the scores job
+    that started at ``scores_go``."""
+    R, C = cfg.array_rows, cfg.array_cols
+    beats = _cdiv(kv, cfg.softmax_lanes)
+    rows_written = _score_row_times(cfg, seq, kv, scores_go + FETCH_LATENCY)
+    # The feeder reads a row once its scores are written, one beat per cycle, rows back to
+    # back; the unit sees a beat SCORE_FEED_LATENCY cycles after its read.
+    arrivals, free = [], -1 << 30
+    for w in rows_written:
+        first = max(free, w)
+        arrivals.append(first + SCORE_FEED_LATENCY)
+        free = first + beats
+    p_done = _softmax_row_done(cfg, arrivals, beats)
+    # P.V: row tiles of kv beats per column tile; a row tile's first beat waits until its
+    # rows of P are counted.
+    tiles_n = _cdiv(cfg.head_dim, C)
+    step = max(kv, R, C)
+    t = pv_go + FETCH_LATENCY      # first beat with no wait
+    prev_last = None
+    for tm in range(_cdiv(seq, R)):
+        need = p_done[min(seq, (tm + 1) * R) - 1]
+        for tn in range(tiles_n):
+            # p_ready is seen by the fetch counters, FETCH_LATENCY - 1 stages before the
+            # engine's input.
+            first = max(t, need + FETCH_LATENCY - 1) if tn == 0 else t
+            last = first + kv - 1
+            if prev_last is not None:
+                last = max(last, prev_last + step)
+            prev_last, t = last, last + 1
+    nominal_end = pv_go + FETCH_LATENCY + (kv - 1) + (_cdiv(seq, R) * tiles_n - 1) * step
+    return max(0, prev_last - nominal_end)
+
+
+def layer_timing(cfg: AttentionConfig, seq: int, kv: int | None = None) -> LayerTiming:
+    """The model's cycles for one sequence of ``seq`` queries (and ``kv`` keys/values in
+    cross mode; self-attention when None)."""
+    if not 1 <= seq <= cfg.max_seq_len:
+        raise ValueError(f"seq = {seq} is out of range: allowed 1..{cfg.max_seq_len}")
+    cross = kv is not None
+    kv = seq if kv is None else kv
+    if not 1 <= kv <= cfg.max_kv_len:
+        raise ValueError(f"kv = {kv} is out of range: allowed 1..{cfg.max_kv_len}")
+    d, dk = cfg.d_model, cfg.head_dim
+    G = _cdiv(cfg.heads, cfg.engines)
+    words = (seq + (kv if cross else 0)) * d // 4
+    load = words + LOAD_OVERHEAD
+
+    jobs = []
+    t = load
+
+    def job(name, m, n, k, extra=0):
+        nonlocal t
+        c = matmul_cycles(cfg, m, n, k) + JOB_OVERHEAD + extra
+        jobs.append((name, c))
+        start = t
+        t += c
+        return start
+
+    for g in range(G):
+        job(f"q{g}", seq, dk, d)
+        job(f"k{g}", kv, dk, d)
+        job(f"v{g}", kv, dk, d)
+    stall = 0
+    for g in range(G):
+        s_go = job(f"scores{g}", seq, kv, dk)
+        s = _pv_stall(cfg, seq, kv, s_go, t)
+        stall += s
+        job(f"pv{g}", seq, dk, kv, s)
+    for g in range(G):
+        job(f"oproj{g}", seq, dk, d)
+    stream = (seq * d // 4) * (4 // stream_bytes_per_cycle(cfg)) + STREAM_OVERHEAD
+    macs = cfg.layer_macs(seq, kv)
+    return LayerTiming(seq, kv, load, tuple(jobs), stall, stream, macs, macs / cfg.total_pes)
+
+
+def main(argv=None) -> None:
+    from golden.config import load_config
+    ap = argparse.ArgumentParser(description="whole-layer cycle model")
+    ap.add_argument("--config", default="configs/default.toml")
+    ap.add_argument("--seq", type=int, nargs="*")
+    args = ap.parse_args(argv)
+    cfg = load_config(args.config)
+    lengths = args.seq or sorted({16, 32, 64, cfg.max_seq_len} & set(range(1, cfg.max_seq_len + 1)))
+    print(f"{'seq':>5} {'load':>7} {'compute':>9} {'stall':>6} {'stream':>7} {'latency':>9} "
+          f"{'interval':>9} {'ideal':>9} {'util':>6}")
+    for n in lengths:
+        lt = layer_timing(cfg, n)
+        print(f"{n:>5} {lt.load:>7} {lt.compute:>9} {lt.softmax_stall:>6} {lt.stream:>7} "
+              f"{lt.latency:>9} {lt.interval:>9} {lt.ideal:>9.0f} {lt.utilization:>6.1%}")
+
+
+if __name__ == "__main__":
+    main()

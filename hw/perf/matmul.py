@@ -1,0 +1,69 @@
+"""Cycle model of the matrix engine (pure Python, no Amaranth import).
+
+The counts follow the pipeline of :class:`hw.blocks.matmul.MatmulEngine` exactly; the unit and cocotb
+tests compare them with simulated counts.
+"""
+
+from __future__ import annotations
+
+from golden.config import AttentionConfig
+
+__all__ = ["ARRAY_LATENCY_EXTRA", "POST_LATENCY", "matmul_cycles", "ideal_cycles",
+           "fill_drain_cycles"]
+
+# Array: input register, C PEs each passing the last flag east through one register, then the
+# PE's multiplier pipeline (operand and product registers, both inside the DSP block, and one
+# more product register in the fabric) and its result register, and the row read: row 0 is in
+# row_data C + 5 steps after the tile's last beat is taken.
+ARRAY_LATENCY_EXTRA = 5
+# Engine after the array: bias sum, requant product (DSP operand registers, DSP product
+# registers, fabric product registers, partial-product sum), coarse and fine shift, rounding,
+# output buffer. (MatmulEngine.POST_LATENCY; the unit tests check they agree.)
+POST_LATENCY = 9
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _check(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} = {value!r} is out of range: allowed integers >= 1")
+    return value
+
+
+def matmul_cycles(cfg: AttentionConfig, m: int, n: int, k: int) -> int:
+    """Cycles of one command with no stalls, counted inclusively from the cycle the first
+    ``a``/``b`` beat is accepted to the cycle the last ``result`` beat is accepted.
+
+    The engine takes one operand beat per cycle; a tile's last beat waits until
+    ``max(R, C)`` cycles have passed since the previous tile's last beat (only matters when
+    ``k < max(R, C)``). The last tile's final valid row ``r`` then needs
+    ``C + ARRAY_LATENCY_EXTRA + r`` cycles through the array and ``POST_LATENCY`` more through
+    the output pipeline.
+    """
+    m, n, k = _check("m", m), _check("n", n), _check("k", k)
+    R, C = cfg.array_rows, cfg.array_cols
+    tile_rows = _ceil_div(m, R)
+    tiles = tile_rows * _ceil_div(n, C)
+    last_beat = (k - 1) + (tiles - 1) * max(k, R, C)
+    last_row = m - (tile_rows - 1) * R - 1
+    return last_beat + C + ARRAY_LATENCY_EXTRA + last_row + POST_LATENCY + 1
+
+
+def fill_drain_cycles(cfg: AttentionConfig) -> int:
+    """Cycles one tile's last beat needs to become the last result row: input register,
+    ``C`` columns east, the PE's product pipeline and result register, the row read,
+    ``R - 1`` more rows, ``POST_LATENCY`` post-processing stages, and the accepting cycle
+    itself (R + C + 14)."""
+    R, C = cfg.array_rows, cfg.array_cols
+    return C + ARRAY_LATENCY_EXTRA + (R - 1) + POST_LATENCY + 1
+
+
+def ideal_cycles(cfg: AttentionConfig, m: int, n: int, k: int) -> int:
+    """``m*n*k / (R*C)`` (whole tiles) plus one fill/drain latency: what a fully busy array
+    needs. ``matmul_cycles`` equals it whenever ``k >= max(R, C)`` and ``m`` is a multiple
+    of ``R``; tile spacing (``k < max(R, C)``) makes it larger, a short last tile smaller."""
+    R, C = cfg.array_rows, cfg.array_cols
+    tiles = _ceil_div(m, R) * _ceil_div(n, C)
+    return tiles * k + fill_drain_cycles(cfg) - 1

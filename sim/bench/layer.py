@@ -1,0 +1,173 @@
+"""Cycle benchmark of the whole layer on the simulated ``attention_top`` (Verilator).
+
+``python -m sim.bench.layer --config configs/default.toml [--seq 16 32 64] [--scaling 1]``
+builds the top, runs each sequence length through the real AXI interfaces (every output
+checked against the golden model) and writes ``build/bench/bench.json``::
+
+    {"config": ..., "engines": ..., "fmax_mhz": ... or null, "runs": [ {per length} ],
+     "scaling": [ {engines, seq_len, cycles, speedup} ]}
+
+Per run: ``seq_len``; ``cycles`` (CYCLES: START to done of one sequence on an idle engine);
+``model_cycles`` (:func:`hw.perf.layer.layer_timing`'s prediction) and ``model_error``;
+``ideal_cycles`` (layer MACs / PEs); ``utilization`` (ideal / cycles); ``interval_cycles``
+(steady-state cycles per sequence when sequences follow each other through the double
+buffers), ``model_interval`` and ``utilization_overlapped`` (ideal / interval);
+``busy_cycles``; ``softmax_stall_cycles`` (STALL_CYCLES); ``sim_cycles_per_s``; and, when
+``build/synth/ecp5/report.json`` exists for the same configuration, ``gops`` and
+``gops_overlapped`` at its Fmax (2 operations per MAC). Also writes ``bench.png`` (utilization
+and cycles against sequence length) and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from golden.config import ConfigError, load_config
+from hw.attention_top import AttentionTop
+from hw.perf.layer import layer_timing
+from hw.gen.verilog import write_verilog
+from sim.runner import BUILD_ROOT, run_cocotb
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def simulate(cfg, lengths, simulator="verilator", overlap=3) -> list[dict]:
+    folder = BUILD_ROOT / "verilog" / f"bench-{cfg.name}-e{cfg.engines}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.toml").write_text(cfg.to_toml())
+    verilog = write_verilog(AttentionTop(cfg), "attention_top", folder / "attention_top.v")
+    out = folder / "result.json"
+    # The model is built as for the tests (C++ -O0): with -O1, g++ spent over 12 minutes on
+    # one generated file of the tiny top, and the runs are bound by cocotb's Python anyway.
+    run_cocotb(sources=[verilog], toplevel="attention_top", test_module="sim.bench.layer_tb",
+               simulator=simulator, run_name=f"bench-{cfg.name}-e{cfg.engines}",
+               extra_env={"ATTN_CONFIG": str(folder / "config.toml"),
+                          "BENCH_SEQ": ",".join(map(str, lengths)), "BENCH_OUT": str(out),
+                          "BENCH_OVERLAP": str(overlap)})
+    return json.loads(out.read_text())["runs"]
+
+
+def synth_fmax(cfg, report=REPO_ROOT / "build" / "synth" / "ecp5" / "report.json"):
+    """Fmax (MHz) of ``make synth`` for this configuration, or None."""
+    try:
+        rep = json.loads(Path(report).read_text())
+    except (OSError, ValueError):
+        return None
+    if rep.get("config") != cfg.name or not rep.get("fmax_mhz"):
+        return None
+    return float(rep["fmax_mhz"])
+
+
+def annotate(cfg, runs, fmax):
+    for r in runs:
+        n = r["seq_len"]
+        lt = layer_timing(cfg, n)
+        r["model_cycles"] = lt.latency
+        r["model_error"] = round((lt.latency - r["cycles"]) / r["cycles"], 5)
+        r["model_softmax_stall_cycles"] = lt.softmax_stall
+        r["ideal_cycles"] = round(lt.ideal)
+        r["utilization"] = round(lt.ideal / r["cycles"], 4)
+        if "interval_cycles" in r:
+            r["model_interval"] = lt.interval
+            r["utilization_overlapped"] = round(lt.ideal / r["interval_cycles"], 4)
+        if fmax:
+            ops = 2 * lt.macs
+            r["gops"] = round(ops * fmax * 1e6 / r["cycles"] / 1e9, 3)
+            if "interval_cycles" in r:
+                r["gops_overlapped"] = round(ops * fmax * 1e6 / r["interval_cycles"] / 1e9, 3)
+    return runs
+
+
+def plot(cfg, runs, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    n = [r["seq_len"] for r in runs]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    ax1.plot(n, [100 * r["utilization"] for r in runs], "o-", label="single sequence")
+    if all("utilization_overlapped" in r for r in runs):
+        ax1.plot(n, [100 * r["utilization_overlapped"] for r in runs], "s-",
+                 label="back to back (double buffers)")
+    ax1.axhline(80, color="grey", ls="--", lw=0.8)
+    ax1.set(xlabel="sequence length", ylabel="MAC utilization (%)", ylim=(0, 100),
+            title=f"{cfg.name}: {cfg.engines} x {cfg.array_rows}x{cfg.array_cols} PEs")
+    ax1.legend(loc="lower right")
+    ax2.plot(n, [r["cycles"] for r in runs], "o-", label="simulated")
+    ax2.plot(n, [r["model_cycles"] for r in runs], "x--", label="model")
+    ax2.plot(n, [r["ideal_cycles"] for r in runs], ":", label="ideal (MACs / PEs)")
+    ax2.set(xlabel="sequence length", ylabel="cycles", title="cycles per sequence")
+    ax2.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m sim.bench.layer",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default="configs/default.toml")
+    ap.add_argument("--seq", type=int, nargs="+", default=None)
+    ap.add_argument("--scaling", type=int, nargs="*", default=[1],
+                    help="other engine counts to compare at the longest length (default 1)")
+    ap.add_argument("--simulator", default="verilator", choices=("verilator", "icarus"))
+    ap.add_argument("--out", default="build/bench/bench.json")
+    args = ap.parse_args(argv)
+    try:
+        cfg = load_config(args.config)
+        others = [cfg.replace(engines=e) for e in sorted(set(args.scaling) - {cfg.engines})]
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    top = min(cfg.max_seq_len, cfg.max_kv_len)      # self-attention: queries are the keys
+    lengths = args.seq or sorted({16, 32, 64, top} & set(range(1, top + 1)))
+    bad = [n for n in lengths if not 1 <= n <= top]
+    if bad:
+        print(f"error: --seq {bad} out of range: allowed 1..{top}", file=sys.stderr)
+        return 2
+    fmax = synth_fmax(cfg)
+    runs = annotate(cfg, simulate(cfg, lengths, args.simulator), fmax)
+    longest = max(lengths)
+    scaling = [{"engines": cfg.engines, "seq_len": longest,
+                "cycles": next(r["cycles"] for r in runs if r["seq_len"] == longest)}]
+    for other in others:
+        r = simulate(other, [longest], args.simulator, overlap=0)[0]
+        scaling.append({"engines": other.engines, "seq_len": longest, "cycles": r["cycles"],
+                        "model_cycles": layer_timing(other, longest).latency})
+    base = max(s["cycles"] for s in scaling)
+    for s in scaling:
+        s["speedup"] = round(base / s["cycles"], 3)
+
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"config": cfg.name, "engines": cfg.engines,
+                               "pes": cfg.total_pes, "fmax_mhz": fmax, "runs": runs,
+                               "scaling": scaling}, indent=2))
+    plot(cfg, runs, out.with_suffix(".png"))
+
+    print(f"{cfg.name}: {cfg.engines} engines x {cfg.array_rows}x{cfg.array_cols} PEs"
+          + (f", Fmax {fmax:.1f} MHz (build/synth/ecp5)" if fmax else ", no synthesis report"))
+    head = (f"{'seq':>5} {'cycles':>8} {'model':>8} {'err':>6} {'ideal':>8} {'util':>6} "
+            f"{'interval':>8} {'util b2b':>8} {'stall':>6} {'sim c/s':>8}")
+    if fmax:
+        head += f" {'GOPS':>6} {'GOPS b2b':>8}"
+    print(head)
+    for r in runs:
+        line = (f"{r['seq_len']:>5} {r['cycles']:>8} {r['model_cycles']:>8} "
+                f"{r['model_error']:>6.2%} {r['ideal_cycles']:>8} {r['utilization']:>6.1%} "
+                f"{r.get('interval_cycles', 0):>8} {r.get('utilization_overlapped', 0):>8.1%} "
+                f"{r['softmax_stall_cycles']:>6} {r['sim_cycles_per_s'] or 0:>8}")
+        if fmax:
+            line += f" {r['gops']:>6.2f} {r.get('gops_overlapped', 0):>8.2f}"
+        print(line)
+    for s in scaling:
+        print(f"{s['engines']} engine(s), seq {s['seq_len']}: {s['cycles']} cycles, "
+              f"speed-up {s['speedup']:.2f}")
+    print(f"wrote {out} and {out.with_suffix('.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
