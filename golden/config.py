@@ -17,6 +17,8 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+import tomli_w
+
 __all__ = ["AttentionConfig", "ConfigError", "load_config", "config_from_dict"]
 
 
@@ -123,9 +125,12 @@ class AttentionConfig:
                 f"max_kv_len = {self.max_kv_len} must equal max_seq_len = {self.max_seq_len} "
                 f"when cross_attention is false (self-attention keys are the queries' rows)")
 
-        need("act_bits", 2, 16)
-        need("weight_bits", 2, 16)
-        need("prob_bits", 2, 16)
+        # The generated hardware's limits (the golden model alone would take 2..16 bits): the
+        # 32-bit AXI4-Stream and weight-window words carry four 8-bit elements, and the
+        # softmax output feeds the 8-bit P.V operand of the array.
+        need("act_bits", 8, 8, "32-bit bus words carry four 8-bit activations")
+        need("weight_bits", 8, 8, "32-bit weight-window words carry four 8-bit weights")
+        need("prob_bits", 2, 8, "probabilities are the 8-bit P operand of P.V")
         need("acc_bits", 8, 48)
         need("bias_bits", 1, self.acc_bits, "at most acc_bits")
         need("requant_mult_bits", 2, min(31, 62 - self.acc_bits),
@@ -144,8 +149,12 @@ class AttentionConfig:
         if self.exp_table_size & (self.exp_table_size - 1):
             raise ConfigError(
                 f"exp_table_size = {self.exp_table_size} must be a power of two in 2..1024")
-        need("exp_frac_bits", self.exp_table_index_bits, 24,
-             f"at least log2(exp_table_size) = {self.exp_table_index_bits}")
+        # At least the table index; the bits below it (the interpolation fraction) are one
+        # operand of an 18 x 18 DSP multiply in hw/blocks/exp2.py.
+        ib = self.exp_table_index_bits
+        need("exp_frac_bits", ib, min(24, ib + 18),
+             f"at least log2(exp_table_size) = {ib}, at most that + 18: the interpolation "
+             f"fraction is one 18-bit multiplier operand")
         need("exp_mult_bits", 2, 24)
         need("recip_bits", self.prob_bits, 24, f"at least prob_bits = {self.prob_bits}")
         need("softmax_lanes", 1, min(16, self.max_kv_len), "scores per cycle, at most max_kv_len")
@@ -280,13 +289,10 @@ class AttentionConfig:
         return json.dumps(self.to_dict(), indent=2)
 
     def to_toml(self) -> str:
-        lines = [f'name = "{self.name}"']
-        for section, names in _SECTIONS.items():
-            lines.append(f"\n[{section}]")
-            for n in names:
-                v = getattr(self, n)
-                lines.append(f"{n} = {str(v).lower() if isinstance(v, bool) else v}")
-        return "\n".join(lines) + "\n"
+        """The configuration as TOML that :func:`load_config` reads back to an equal object."""
+        data = self.to_dict()
+        del data["derived"]
+        return tomli_w.dumps(data)
 
     def replace(self, **changes) -> "AttentionConfig":
         return dataclasses.replace(self, **changes)

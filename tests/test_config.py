@@ -35,6 +35,7 @@ def test_shipped_config_loads_and_round_trips(path):
     (dict(max_kv_len=16, cross_attention=False), "max_kv_len"),
     (dict(act_bits=1), "act_bits"),
     (dict(prob_bits=0), "prob_bits"),
+    (dict(exp_table_size=2, exp_frac_bits=20), "exp_frac_bits"),   # 19 interpolation bits
     (dict(acc_bits=20), "acc_bits"),            # 64 * 128 * 128 needs 21 bits + sign
     (dict(bias_bits=40), "bias_bits"),
     (dict(requant_mult_bits=32), "requant_mult_bits"),
@@ -108,3 +109,36 @@ def test_exp_bits_floor_for_short_rows(kv_len, exp_bits):
     cfg = load_config(REPO / "configs/default.toml").replace(
         max_kv_len=kv_len, max_seq_len=kv_len, array_rows=2, array_cols=2)
     assert cfg.exp_bits == exp_bits
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(act_bits=16), r"act_bits = 16 is out of range: allowed 8\.\.8"),
+    (dict(act_bits=4), r"act_bits = 4 is out of range: allowed 8\.\.8"),
+    (dict(weight_bits=16), r"weight_bits = 16 is out of range: allowed 8\.\.8"),
+    (dict(prob_bits=9, recip_bits=16), r"prob_bits = 9 is out of range: allowed 2\.\.8"),
+    (dict(prob_bits=16, recip_bits=16), r"prob_bits = 16 is out of range: allowed 2\.\.8"),
+    (dict(exp_table_size=16, exp_frac_bits=23),
+     r"exp_frac_bits = 23 is out of range: allowed 4\.\.22"),
+])
+def test_generator_limits_are_config_errors(changes, message):
+    """What the generated hardware cannot build is refused by the configuration itself, with
+    the field, the value and the allowed range (not a ValueError from elaboration)."""
+    with pytest.raises(ConfigError, match=message):
+        AttentionConfig(**changes)
+
+
+def test_softmax_builds_at_the_widest_interpolation_fraction():
+    """exp_frac_bits = log2(exp_table_size) + 18, the largest the validation allows, elaborates
+    (one more bit is the 18-bit DSP operand limit the check stands for)."""
+    from amaranth.hdl import Fragment
+    from hw.blocks.softmax import SoftmaxUnit
+    cfg = load_config(REPO / "configs/tiny.toml").replace(exp_table_size=2, exp_frac_bits=19)
+    assert cfg.exp_interp_bits == 18
+    Fragment.get(SoftmaxUnit(cfg), None)
+
+
+def test_name_with_quote_and_backslash_round_trips(tmp_path):
+    cfg = load_config(REPO / "configs/tiny.toml").replace(name='a "quoted" C:\\path\\x')
+    path = tmp_path / "config.toml"
+    path.write_text(cfg.to_toml())
+    assert load_config(path) == cfg
