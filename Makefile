@@ -1,14 +1,18 @@
-# Every target creates and fills .venv from pinned requirements on first use.
+# Every target creates and fills .venv from pinned requirements on first use, then runs one
+# command of the project's command line, python -m hw COMMAND (python -m hw --help lists them).
 # make verilog [CONFIG=configs/x.toml]   generate the accelerator's Verilog and collateral
 # make test                              the whole regression (pytest -n auto)
+# make test-fast                         the regression without cocotb and synthesis tests
 # make accuracy                          build/accuracy/accuracy.json and a plot
-# make lint                              verilator --lint-only -Wall of every generated block
+# make lint [CONFIG=...]                 verilator --lint-only -Wall of every generated block:
+#                                        attention_top, matmul_engine, softmax_unit
 # make bench [CONFIG=...]                cycle benchmarks: matrix engine, softmax, whole layer
 #                                        (build/bench/bench.json and bench.png)
 # make synth-blocks [CONFIG=...]         ECP5 resources of the matrix engine and softmax unit
 # make synth [TARGET=ecp5|ice40|xc7] [CONFIG=...]  whole top: resources, Fmax, build/synth/<target>/report.json
-#                                        [SYNTH_ARGS="--sdf --seed 2 ..."]: more hw.flow.synth options
-#                                        (--sdf: routed.sdf; python -m hw.flow.sta lists every failing path)
+#                                        [SYNTH_ARGS="--sdf --seed 2 ..."]: more options
+#                                        (python -m hw synth --help; --sdf: routed.sdf, which
+#                                        python -m hw sta reads to list every failing path)
 
 SHELL   := /bin/bash
 PYTHON  ?= python3
@@ -48,25 +52,22 @@ test: setup
 	$(PY) -m pytest -n $(JOBS) -q
 
 test-fast: setup
-	$(PY) -m pytest -n $(JOBS) -q -m "not cocotb"
+	$(PY) -m pytest -n $(JOBS) -q -m "not cocotb and not synth"
 
 accuracy: setup
-	$(PY) -m golden.accuracy --out build/accuracy
+	$(PY) -m hw accuracy --out build/accuracy
 
 lint: setup
 	$(PY) -m hw lint --config $(CONFIG) --out build/lint
 
 bench: setup
-	$(PY) -m sim.bench.matmul --config $(CONFIG)
-	$(PY) -m sim.bench.softmax --config $(CONFIG)
-	$(PY) -m sim.bench.layer --config $(CONFIG) --scaling 1 --out build/bench/bench.json
+	$(PY) -m hw bench --config $(CONFIG) --scaling 1 --out build/bench/bench.json
 
 synth-blocks: setup
-	$(PY) -m hw.flow.synth_matmul --config $(CONFIG)
-	$(PY) -m hw.flow.synth_softmax --config $(CONFIG)
+	$(PY) -m hw synth-blocks --config $(CONFIG)
 
 synth: setup
-	$(PY) -m hw.flow.synth --target $(TARGET) --config $(CONFIG) $(SYNTH_ARGS)
+	$(PY) -m hw synth --target $(TARGET) --config $(CONFIG) $(SYNTH_ARGS)
 
 clean:
 	rm -rf build sim_build .pytest_cache

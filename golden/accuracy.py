@@ -1,6 +1,6 @@
 """Accuracy of the golden integer model against float64.
 
-Two measurements (``python -m golden.accuracy --out build/accuracy``, i.e. ``make accuracy``):
+Two measurements (``python -m hw accuracy --out build/accuracy``, i.e. ``make accuracy``):
 
 Softmax
     :func:`softmax_int` against the float64 softmax of the *same integer scores* at the real
@@ -20,7 +20,6 @@ docs/numerics.md explains them with the measured figures.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import time
@@ -407,30 +406,3 @@ def run(out_dir: Path, rows_per_case: int = 400, seed: int = 0,
     report["misses"] = check_bounds(report)
     (out_dir / "accuracy.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
-
-
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m golden.accuracy", description=__doc__.split("\n")[0])
-    ap.add_argument("--out", type=Path, default=Path("build/accuracy"))
-    ap.add_argument("--rows", type=int, default=400,
-                    help="rows per (config, multiplier, row kind) case (default 400)")
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
-    rep = run(args.out, args.rows, args.seed)
-    ov = rep["softmax"]["overall"]
-    print(f"softmax: {ov['rows']} rows, {ov['outputs']} outputs: max err "
-          f"{ov['softmax_max_err_lsb']:.3f} LSB, correctly rounded "
-          f"{ov['softmax_correctly_rounded_pct']:.3f} %, saturated max err "
-          f"{ov['softmax_saturated_max_err_lsb']:.3f} LSB, row sum "
-          f"{ov['row_sum_min']}..{ov['row_sum_max']}")
-    for name, r in rep["layer"].items():
-        print(f"layer {name}: cosine min {r['layer_cosine_min']:.4f}, max abs err "
-              f"{r['layer_max_abs_err']:.4f}, rel err {r['layer_rel_err']:.4f}")
-    for miss in rep["misses"]:
-        print(f"MISSED: {miss}")
-    print(f"wrote {args.out / 'accuracy.json'} and {args.out / 'softmax_error.png'}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -13,24 +13,23 @@ For testbenches outside Python (SystemVerilog, C++). :func:`export_vectors` writ
 ``manifest.json``
     For each tensor: file, shape, bit width, signedness; plus the run's mode.
 
-Command line: ``python -m golden.vectors --config configs/tiny.toml --seed 1 --out build/vectors``.
+Command line: ``python -m hw vectors --config configs/tiny.toml --seed 1 --out build/vectors``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import numpy as np
 
 from .attention import QuantizedLayer, attention_int, check_run_args
-from .config import AttentionConfig, load_config
+from .config import AttentionConfig
 from .quantize import quantize_layer, quantize_tensor
 from .reference import random_float_layer
 from .softmax import exp_table
 
-__all__ = ["export_vectors", "tensor_formats", "write_hex", "load_hex", "main"]
+__all__ = ["export_vectors", "tensor_formats", "write_hex", "load_hex"]
 
 # Requantization and exponent shifts are 1..62: six bits, unsigned.
 SHIFT_BITS = 6
@@ -161,27 +160,3 @@ def random_run(cfg: AttentionConfig, seed: int, *, seq_len: int | None = None,
     kv = quantize_tensor(rng.normal(size=(cfg.max_kv_len, d)), layer.scales["kv"],
                          cfg.act_bits) if cross else None
     return layer, x, kv
-
-
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m golden.vectors",
-                                 description="Export golden test vectors (.npz, .hex, manifest).")
-    ap.add_argument("--config", type=Path, default=Path("configs/tiny.toml"))
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--out", type=Path, default=Path("build/vectors"))
-    ap.add_argument("--seq-len", type=int, default=None, help="query rows (default max_seq_len)")
-    ap.add_argument("--causal", action="store_true", help="apply the causal mask")
-    ap.add_argument("--kv-len", type=int, default=None, help="valid keys (key padding)")
-    ap.add_argument("--cross", action="store_true",
-                    help="cross-attention with max_kv_len random key/value rows")
-    args = ap.parse_args(argv)
-    cfg = load_config(args.config)
-    layer, x, kv = random_run(cfg, args.seed, seq_len=args.seq_len, cross=args.cross)
-    man = export_vectors(cfg, layer, x, kv, args.causal, args.kv_len, out_dir=args.out)
-    print(f"wrote {len(man['tensors'])} tensors for {cfg.name} (seq_len {man['seq_len']}, "
-          f"kv_len {man['kv_len']}, causal {man['causal']}) to {args.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""The generator's command line: outputs, lint, and refusal of bad configurations."""
+"""The command line (hw/cli.py): outputs, lint, and one error path for every command."""
 
 from __future__ import annotations
 
@@ -8,15 +8,16 @@ import sys
 
 import pytest
 
-from hw.__main__ import main
+from hw.cli import _parser, main
 from hw.gen.verilog import REPO_ROOT
 
 OUT = REPO_ROOT / "build" / "test-cli"
+TINY = str(REPO_ROOT / "configs" / "tiny.toml")
 
 
 def test_generate_writes_everything(capsys):
     out = OUT / "gen"
-    assert main(["generate", "--config", "configs/tiny.toml", "--out", str(out)]) == 0
+    assert main(["generate", "--config", TINY, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     for name in ("attention_top.v", "attention_top.f", "regmap.json", "attention_regs.h",
                  "config.json", "config.toml", "attention_top.sdc", "attention_top.xdc",
@@ -37,7 +38,7 @@ def test_generate_writes_everything(capsys):
 
 def test_clock_option_sets_the_constraint_period():
     out = OUT / "clock"
-    assert main(["generate", "--config", "configs/tiny.toml", "--out", str(out),
+    assert main(["generate", "--config", TINY, "--out", str(out),
                  "--clock-mhz", "150"]) == 0
     assert "-period 6.667 " in (out / "attention_top.sdc").read_text()
     assert "-period 6.667 " in (out / "attention_top.xdc").read_text()
@@ -45,14 +46,20 @@ def test_clock_option_sets_the_constraint_period():
 
 def test_bad_clock_is_refused(capsys):
     out = OUT / "bad-clock"
-    assert main(["generate", "--config", "configs/tiny.toml", "--out", str(out),
+    assert main(["generate", "--config", TINY, "--out", str(out),
                  "--clock-mhz", "0"]) == 2
     assert "--clock-mhz" in capsys.readouterr().err
     assert not out.exists()
 
 
-def test_lint_clean_with_documented_waivers():
-    assert main(["lint", "--config", "configs/tiny.toml", "--out", str(OUT / "lint")]) == 0
+def test_lint_clean_with_documented_waivers(capsys):
+    out = OUT / "lint"
+    assert main(["lint", "--config", TINY, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    # Every generated block is linted, each with its own report.
+    for block in ("attention_top", "matmul_engine", "softmax_unit"):
+        assert f"lint {block}: 0 warning(s)" in printed
+        assert f"--top-module {block} " in (out / f"{block}.lint.txt").read_text()
 
 
 @pytest.mark.parametrize("text,field", [
@@ -79,5 +86,77 @@ def test_help_lists_commands():
     proc = subprocess.run([sys.executable, "-m", "hw", "--help"], capture_output=True,
                           text=True, cwd=REPO_ROOT)
     assert proc.returncode == 0
-    for cmd in ("generate", "lint", "config"):
+    for cmd in COMMANDS:
         assert cmd in proc.stdout
+
+
+# Every command, and a mistake in an option that each one refuses before doing any work.
+COMMANDS = {
+    "generate": ["--clock-mhz", "0"],
+    "lint": ["--block", "nonesuch"],
+    "config": ["--bogus"],
+    "regmap": ["--out", str(REPO_ROOT / "README.md" / "x")],     # a file, not a folder
+    "vectors": ["--seq-len", "999"],
+    "accuracy": ["--rows", "0"],
+    "bench": ["--what", "layer", "--seq", "999"],
+    "perf": ["--seq", "0"],
+    "synth-blocks": ["--sizes", "4by4"],
+    "synth": ["--freq", "0"],
+    "sta": [str(REPO_ROOT / "build" / "test-cli" / "absent.sdf")],
+}
+# Commands that build something for a configuration.
+WITH_CONFIG = [c for c in COMMANDS if c not in ("accuracy", "sta")]
+
+
+def test_every_command_is_covered():
+    sub = next(a for a in _parser()._actions if a.dest == "command")
+    assert set(sub.choices) == set(COMMANDS)
+
+
+def _refused(capsys, argv, *needles):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") or "\nerror:" in err or ": error:" in err, err
+    assert "Traceback" not in err
+    for needle in needles:
+        assert needle in err, (needle, err)
+
+
+@pytest.mark.parametrize("command", WITH_CONFIG)
+def test_invalid_config_is_refused_by_every_command(capsys, tmp_path, command):
+    bad = tmp_path / "wide.toml"
+    bad.write_text("[widths]\nact_bits = 16\n")
+    _refused(capsys, [command, "--config", str(bad)], "act_bits = 16", "allowed 8..8")
+
+
+@pytest.mark.parametrize("command", WITH_CONFIG)
+def test_missing_config_is_refused_by_every_command(capsys, tmp_path, command):
+    _refused(capsys, [command, "--config", str(tmp_path / "absent.toml")], "absent.toml",
+             "cannot read")
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_bad_option_is_refused_by_every_command(capsys, command):
+    extra = ["--config", TINY] if command in WITH_CONFIG else []
+    _refused(capsys, [command, *COMMANDS[command], *extra])
+
+
+def test_unknown_command_and_range_message(capsys):
+    _refused(capsys, ["nonesuch"], "invalid choice")
+    _refused(capsys, ["perf", "--config", TINY, "--seq", "9"], "--seq 9 is out of range",
+             "allowed 1..8")
+
+
+def test_errors_from_the_module_entry_point(tmp_path):
+    """python -m hw as a process: one error line, status 2, no traceback."""
+    proc = subprocess.run([sys.executable, "-m", "hw", "vectors", "--config",
+                           str(tmp_path / "absent.toml")], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: cannot read configuration") and "Traceback" not in \
+        proc.stderr
+
+
+def test_default_config_is_the_repository_one(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)         # works from any directory
+    assert main(["config"]) == 0
+    assert json.loads(capsys.readouterr().out)["name"] == "default"

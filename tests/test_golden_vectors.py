@@ -80,7 +80,7 @@ def test_export_round_trip_reproduces_golden(tmp_path, mode):
 
 def test_cli_writes_vectors(tmp_path):
     out = tmp_path / "vec"
-    r = subprocess.run([sys.executable, "-m", "golden.vectors", "--config",
+    r = subprocess.run([sys.executable, "-m", "hw", "vectors", "--config",
                         str(REPO / "configs/tiny.toml"), "--seed", "1", "--out", str(out)],
                        cwd=REPO, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr

@@ -27,6 +27,7 @@ def test_matmul_verilog_lint(rows, cols):
 
 
 @pytest.mark.slow
+@pytest.mark.synth
 def test_array_synthesis_maps_one_dsp_per_pe():
     from hw.flow.synth_matmul import array_stats
     cfg = load_config(REPO_ROOT / CONFIG)

@@ -322,6 +322,6 @@ def test_unit_rejects_bad_config():
 
 @pytest.mark.parametrize("cfg", [TINY, WIDE, DEFAULT], ids=["tiny", "lanes2", "default"])
 def test_verilog_lint_clean(cfg):
-    from hw.gen.lint_softmax import lint_softmax
+    from hw.gen.lint import lint_softmax
     issues, report = lint_softmax(cfg, name=f"test_{cfg.name}_{cfg.softmax_lanes}")
     assert issues == [], f"verilator -Wall beyond the waivers (report {report}): {issues[:5]}"

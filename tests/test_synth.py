@@ -34,6 +34,7 @@ from tests.test_axi_lite_unit import AxilMaster
 
 TINY = load_config(REPO_ROOT / "configs" / "tiny.toml")
 OUT = REPO_ROOT / "build" / "test-synth"
+TINY_TOML = str(REPO_ROOT / "configs" / "tiny.toml")
 
 
 def _synth(*args, out=None):
@@ -249,6 +250,7 @@ class _BufferPair(Elaboratable):
                 self.q_checked, self.q_free, self.q_logic]
 
 
+@pytest.mark.synth
 def test_block_ram_reads_without_collision_emulation_and_with_output_registers():
     dut = _BufferPair()
     il, changed = declare_no_rw_collisions(rtlil.convert(dut, name="top", ports=dut.ports()))
@@ -296,7 +298,7 @@ def test_block_ram_reads_without_collision_emulation_and_with_output_registers()
 @pytest.mark.parametrize("args,message", [
     (["--target", "vhdl"], "invalid choice"),
     (["--target", "ecp5", "--device", "up5k"], "unknown --device"),
-    (["--target", "ice40", "--config", "configs/none.toml"], "cannot read"),
+    (["--target", "ice40", "--config", str(REPO_ROOT / "configs/none.toml")], "cannot read"),
     (["--freq", "0"], "--freq"),
 ])
 def test_bad_arguments_exit_2_and_write_nothing(args, message):
@@ -315,15 +317,16 @@ def test_invalid_config_and_outside_out(tmp_path):
     bad.write_text("[array]\narray_rows = 0\n")
     proc = _synth("--config", str(bad), out=OUT / "refused")
     assert proc.returncode == 2 and "array_rows" in proc.stderr
-    proc = _synth("--config", "configs/tiny.toml", out=tmp_path / "x")
+    proc = _synth("--config", TINY_TOML, out=tmp_path / "x")
     assert proc.returncode == 2 and "outside the repository" in proc.stderr
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.synth
 def test_no_pnr_report_schema():
     """Quick ECP5 synthesis of tiny (about 30 s): report.json fields and the summary."""
     out = OUT / "ecp5-tiny"
-    proc = _synth("--target", "ecp5", "--config", "configs/tiny.toml", "--no-pnr", out=out)
+    proc = _synth("--target", "ecp5", "--config", TINY_TOML, "--no-pnr", out=out)
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads((out / "report.json").read_text())
     for key in ("device", "config", "luts", "ffs", "dsps", "brams", "fmax_mhz", "target_mhz",
@@ -341,12 +344,13 @@ def test_no_pnr_report_schema():
     assert "LUTs" in proc.stdout and "fits: yes" in proc.stdout
 
 
+@pytest.mark.synth
 def test_ice40_synthesis_reports_what_does_not_fit():
     """iCE40 synthesis of tiny (about 70 s) completes (the softmax queues' LUT-RAM hint must
     not break memory mapping on a family without LUT RAM) and the report says, per resource,
     why it cannot be placed on the UP5K."""
     out = OUT / "ice40-tiny"
-    proc = _synth("--target", "ice40", "--config", "configs/tiny.toml", "--no-pnr", out=out)
+    proc = _synth("--target", "ice40", "--config", TINY_TOML, "--no-pnr", out=out)
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads((out / "report.json").read_text())
     assert report["device"].startswith("iCE40UP5K") and report["fmax_mhz"] is None

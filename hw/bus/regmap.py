@@ -33,13 +33,11 @@ Busy rules (``busy`` is the engine's run flag)
 
 from __future__ import annotations
 
-import argparse
 import enum
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from golden.config import AttentionConfig, load_config
+from golden.config import AttentionConfig
 
 __all__ = [
     "Access", "Guard", "Field", "Register", "WindowRegion", "RegisterMap", "RegmapError",
@@ -596,21 +594,3 @@ def regmap_markdown(cfg: AttentionConfig) -> str:
         "- `irq = CTRL.IRQ_EN & (STATUS.DONE | STATUS.ERROR)`, a level.", "",
     ]
     return "\n".join(out)
-
-
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description="Emit the register map of a configuration.")
-    ap.add_argument("--config", default="configs/default.toml")
-    ap.add_argument("--out", default="build/regmap")
-    args = ap.parse_args(argv)
-    cfg = load_config(args.config)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "regmap.json").write_text(regmap_json(cfg))
-    (out / f"attention_regs_{_c_ident(cfg.name).lower()}.h").write_text(regmap_c_header(cfg))
-    (out / "register_map.md").write_text(regmap_markdown(cfg))
-    print(f"wrote {out}/regmap.json, C header, register_map.md")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """ECP5 synthesis and place-and-route of the systolic array and the matrix engine.
 
-Run as ``python -m hw.flow.synth_matmul [--config configs/default.toml] [--sizes 6x8 ...]
+Run as ``python -m hw synth-blocks --what matmul [--config configs/default.toml] [--sizes 6x8 ...]
 [--no-pnr]``. By default the engine is built at the configuration's array size with the
 operand limits :class:`hw.core.attention_core.AttentionCore` gives it (``max_m = max(seq, kv)``,
 ``max_n = max(head_dim, kv)``, ``max_k = max(d_model, kv, head_dim)``), synthesised with
@@ -25,7 +25,6 @@ The input is Amaranth's RTLIL (no Verilog round trip).
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
@@ -35,7 +34,6 @@ from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from golden import load_config
 from hw.blocks.dsp import ECP5
 from hw.blocks.matmul import MatmulEngine, operand_widths
 from hw.blocks.systolic import SystolicArray
@@ -43,7 +41,7 @@ from hw.blocks.systolic import SystolicArray
 from hw.flow.pnr import format_critical_path, place_and_route
 from hw.flow.yowasp import ECP5_CELLS, cell_counts, ecp5_script, run_yosys
 
-__all__ = ["synth_ecp5", "array_stats", "engine_stats", "core_limits", "MatmulSynthShim",
+__all__ = ["report_matmul", "synth_ecp5", "array_stats", "engine_stats", "core_limits", "MatmulSynthShim",
            "engine_pnr"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -155,24 +153,17 @@ def engine_pnr(cfg, rows: int, cols: int, pnr: bool = True, seed: int = 1,
     return result
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="configs/default.toml")
-    parser.add_argument("--sizes", nargs="+", default=None,
-                        help="array sizes RxC (default: the configuration's)")
-    parser.add_argument("--no-pnr", action="store_true", help="synthesis only")
-    parser.add_argument("--seed", type=int, default=1, help="nextpnr placer seed")
-    parser.add_argument("--generic-dsp", action="store_true",
-                        help="elaborate without the ECP5 marker: behavioural multipliers, "
-                             "which Yosys maps to combinational MULT18X18D between fabric "
-                             "flip-flops (what a flow that passes no platform gets)")
-    args = parser.parse_args(argv)
-    cfg = load_config(args.config)
-    sizes = args.sizes or [f"{cfg.array_rows}x{cfg.array_cols}"]
+def report_matmul(cfg, sizes, *, route: bool = True, seed: int = 1,
+                  generic_dsp: bool = False) -> None:
+    """Print the resources of the array and the engine at each ``(rows, cols)`` of ``sizes``
+    and, with ``route``, nextpnr's Fmax and critical path of the engine in its shim.
+    ``generic_dsp``: elaborate without the ECP5 marker, so the multipliers are behavioural
+    (Yosys maps them to combinational MULT18X18D between fabric flip-flops, what a flow that
+    passes no platform gets)."""
     print(f"limits {core_limits(cfg)}")
     print(f"{'design':28} " + " ".join(f"{c:>11}" for c in CELLS[:5]))
-    for size in sizes:
-        rows, cols = (int(x) for x in size.split("x"))
+    for rows, cols in sizes:
+        size = f"{rows}x{cols}"
         stats = array_stats(cfg, rows, cols)
         print(f"{'systolic_array ' + size:28} " + " ".join(f"{stats.get(c, 0):>11}"
                                                            for c in CELLS[:5]), flush=True)
@@ -180,16 +171,13 @@ def main(argv=None):
         print(f"{'matmul_engine ' + size:28} " + " ".join(f"{stats.get(c, 0):>11}"
                                                           for c in CELLS[:5]), flush=True)
         t0 = time.monotonic()
-        res = engine_pnr(cfg, rows, cols, pnr=not args.no_pnr, seed=args.seed,
-                         platform=None if args.generic_dsp else ECP5)
+        res = engine_pnr(cfg, rows, cols, pnr=route, seed=seed,
+                         platform=None if generic_dsp else ECP5)
         stats = res["cells"]
         print(f"{'engine in shim ' + size:28} " + " ".join(f"{stats.get(c, 0):>11}"
                                                           for c in CELLS[:5]), flush=True)
-        if not args.no_pnr:
+        if route:
             print(f"matmul_engine {size}: nextpnr-ecp5 --85k {time.monotonic() - t0:.0f} s: "
                   f"Fmax {res['fmax_mhz']}, used {res['utilization']}")
             print(format_critical_path(res["critical_path"]), flush=True)
 
-
-if __name__ == "__main__":
-    main()

@@ -1,7 +1,7 @@
 """ECP5 synthesis and place-and-route of the softmax unit alone.
 
-Run as ``python -m hw.flow.synth_softmax [--config configs/default.toml] [--no-pnr]``. Work files go
-to ``build/synth/softmax/<config>/`` (YoWASP cannot see /tmp: every path handed to it is
+Run as ``python -m hw synth-blocks --what softmax [--config configs/default.toml] [--no-pnr]``.
+Work files go to ``build/synth/softmax/<config>/`` (YoWASP cannot see /tmp: every path handed to it is
 relative to that directory). Prints LUT4, flip-flop, MULT18X18D and DP16KD counts and, after
 nextpnr-ecp5 ``--85k --timing-allow-fail``, the utilisation and Fmax of ``report.json``.
 
@@ -19,7 +19,6 @@ hw/flow/synth_matmul.py), so ``synth_ecp5`` runs in two halves with classic ``ab
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
@@ -29,14 +28,13 @@ from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from golden import load_config
 from hw.blocks.dsp import ECP5
 from hw.blocks.softmax import SoftmaxUnit
 
 from hw.flow import pnr
 from hw.flow.yowasp import ECP5_CELLS, cell_counts, ecp5_script, run_yosys
 
-__all__ = ["SoftmaxSynthShim", "synth", "place_and_route"]
+__all__ = ["report_softmax", "SoftmaxSynthShim", "synth", "place_and_route"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SYNTH_ROOT = REPO_ROOT / "build" / "synth" / "softmax"
@@ -110,28 +108,19 @@ def place_and_route(work: Path, freq_mhz: float = 100.0, seed: int = 1) -> dict:
     return pnr.place_and_route(work, "softmax.json", freq_mhz=freq_mhz, seed=seed)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="configs/default.toml")
-    parser.add_argument("--no-pnr", action="store_true", help="synthesis only")
-    parser.add_argument("--seed", type=int, default=1, help="nextpnr placer seed")
-    parser.add_argument("--generic-dsp", action="store_true",
-                        help="elaborate without the ECP5 marker (behavioural multipliers)")
-    args = parser.parse_args(argv)
-    cfg = load_config(args.config)
-    work = SYNTH_ROOT / (cfg.name + ("_generic" if args.generic_dsp else ""))
+def report_softmax(cfg, *, route: bool = True, seed: int = 1, generic_dsp: bool = False) -> None:
+    """Synthesise the unit for ``cfg``, print its resources and, with ``route``, nextpnr's
+    Fmax and critical path; writes ``summary.json`` beside the work files."""
+    work = SYNTH_ROOT / (cfg.name + ("_generic" if generic_dsp else ""))
     t0 = time.monotonic()
-    stats = synth(cfg, work, platform=None if args.generic_dsp else ECP5)
+    stats = synth(cfg, work, platform=None if generic_dsp else ECP5)
     print(f"{cfg.name}: synth_ecp5 {time.monotonic() - t0:.0f} s: "
           + ", ".join(f"{c} {stats.get(c, 0)}" for c in CELLS), flush=True)
-    if not args.no_pnr:
+    if route:
         t0 = time.monotonic()
-        res = place_and_route(work, seed=args.seed)
+        res = place_and_route(work, seed=seed)
         print(f"{cfg.name}: nextpnr-ecp5 --85k {time.monotonic() - t0:.0f} s: "
               f"Fmax {res['fmax_mhz']}, used {res['utilization']}")
         print(pnr.format_critical_path(res["critical_path"]))
         (work / "summary.json").write_text(json.dumps({"cells": stats, **res}, indent=2))
 
-
-if __name__ == "__main__":
-    main()

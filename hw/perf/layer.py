@@ -20,13 +20,12 @@ stream:
 STATUS.START_READY allows: the double buffers overlap one sequence's load and stream with
 the neighbours' compute, so the slowest stage sets the pace.
 
-``python -m hw.perf.layer --config configs/default.toml`` prints the model for a sweep of
-lengths. ``sim.bench.layer`` compares it with simulated cycles.
+``python -m hw perf --config configs/default.toml`` prints the model for a sweep of
+lengths; ``python -m hw bench --what layer`` compares it with simulated cycles.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 from dataclasses import dataclass
 
@@ -206,23 +205,3 @@ def layer_timing(cfg: AttentionConfig, seq: int, kv: int | None = None) -> Layer
     stream = (seq * d // 4) * (4 // stream_bytes_per_cycle(cfg)) + STREAM_OVERHEAD
     macs = cfg.layer_macs(seq, kv)
     return LayerTiming(seq, kv, load, tuple(jobs), stall, stream, macs, macs / cfg.total_pes)
-
-
-def main(argv=None) -> None:
-    from golden.config import load_config
-    ap = argparse.ArgumentParser(description="whole-layer cycle model")
-    ap.add_argument("--config", default="configs/default.toml")
-    ap.add_argument("--seq", type=int, nargs="*")
-    args = ap.parse_args(argv)
-    cfg = load_config(args.config)
-    lengths = args.seq or sorted({16, 32, 64, cfg.max_seq_len} & set(range(1, cfg.max_seq_len + 1)))
-    print(f"{'seq':>5} {'load':>7} {'compute':>9} {'stall':>6} {'stream':>7} {'latency':>9} "
-          f"{'interval':>9} {'ideal':>9} {'util':>6}")
-    for n in lengths:
-        lt = layer_timing(cfg, n)
-        print(f"{n:>5} {lt.load:>7} {lt.compute:>9} {lt.softmax_stall:>6} {lt.stream:>7} "
-              f"{lt.latency:>9} {lt.interval:>9} {lt.ideal:>9.0f} {lt.utilization:>6.1%}")
-
-
-if __name__ == "__main__":
-    main()

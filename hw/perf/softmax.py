@@ -19,7 +19,6 @@ The tests compare these figures with the simulated cycle of every output beat.
 
 from __future__ import annotations
 
-import argparse
 import math
 from dataclasses import dataclass
 
@@ -80,19 +79,3 @@ def softmax_cycles(cfg: AttentionConfig, n_rows: int, row_len: int) -> int:
     if n_rows < 1:
         raise ValueError(f"n_rows = {n_rows} is out of range: allowed >= 1")
     return softmax_schedule(cfg, [row_beats(cfg, row_len)] * n_rows)[-1][-1] + 1
-
-
-def main(argv=None):
-    from golden.config import load_config
-    parser = argparse.ArgumentParser(description="softmax unit cycle model")
-    parser.add_argument("--config", default="configs/default.toml")
-    parser.add_argument("--rows", type=int, default=64)
-    args = parser.parse_args(argv)
-    cfg = load_config(args.config)
-    for n in sorted({1, 2, 8, cfg.max_kv_len // 2 or 1, cfg.max_kv_len}):
-        c = softmax_cycles(cfg, args.rows, n)
-        print(f"N = {n:5d}: {c:7d} cycles, {args.rows * n / c:.3f} scores/cycle")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """Cycle benchmark of the whole layer on the simulated ``attention_top`` (Verilator).
 
-``python -m sim.bench.layer --config configs/default.toml [--seq 16 32 64] [--scaling 1]``
+``python -m hw bench --what layer --config configs/default.toml [--seq 16 32 64] [--scaling 1]``
 builds the top, runs each sequence length through the real AXI interfaces (every output
 checked against the golden model) and writes ``build/bench/bench.json``::
 
@@ -20,12 +20,9 @@ and cycles against sequence length) and prints a table.
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 
-from golden.config import ConfigError, load_config
 from hw.attention_top import AttentionTop
 from hw.perf.layer import layer_timing
 from hw.gen.verilog import write_verilog
@@ -105,42 +102,22 @@ def plot(cfg, runs, path):
     plt.close(fig)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sim.bench.layer",
-                                 description=__doc__.splitlines()[0])
-    ap.add_argument("--config", default="configs/default.toml")
-    ap.add_argument("--seq", type=int, nargs="+", default=None)
-    ap.add_argument("--scaling", type=int, nargs="*", default=[1],
-                    help="other engine counts to compare at the longest length (default 1)")
-    ap.add_argument("--simulator", default="verilator", choices=("verilator", "icarus"))
-    ap.add_argument("--out", default="build/bench/bench.json")
-    args = ap.parse_args(argv)
-    try:
-        cfg = load_config(args.config)
-        others = [cfg.replace(engines=e) for e in sorted(set(args.scaling) - {cfg.engines})]
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    top = min(cfg.max_seq_len, cfg.max_kv_len)      # self-attention: queries are the keys
-    lengths = args.seq or sorted({16, 32, 64, top} & set(range(1, top + 1)))
-    bad = [n for n in lengths if not 1 <= n <= top]
-    if bad:
-        print(f"error: --seq {bad} out of range: allowed 1..{top}", file=sys.stderr)
-        return 2
+def report_layer(cfg, lengths, others, simulator: str, out: Path) -> None:
+    """Simulate ``lengths`` (and the longest on each configuration of ``others``, for the
+    engine scaling), print the table, write ``out`` (JSON) and its plot beside it."""
     fmax = synth_fmax(cfg)
-    runs = annotate(cfg, simulate(cfg, lengths, args.simulator), fmax)
+    runs = annotate(cfg, simulate(cfg, lengths, simulator), fmax)
     longest = max(lengths)
     scaling = [{"engines": cfg.engines, "seq_len": longest,
                 "cycles": next(r["cycles"] for r in runs if r["seq_len"] == longest)}]
     for other in others:
-        r = simulate(other, [longest], args.simulator, overlap=0)[0]
+        r = simulate(other, [longest], simulator, overlap=0)[0]
         scaling.append({"engines": other.engines, "seq_len": longest, "cycles": r["cycles"],
                         "model_cycles": layer_timing(other, longest).latency})
     base = max(s["cycles"] for s in scaling)
     for s in scaling:
         s["speedup"] = round(base / s["cycles"], 3)
 
-    out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"config": cfg.name, "engines": cfg.engines,
                                "pes": cfg.total_pes, "fmax_mhz": fmax, "runs": runs,
@@ -166,8 +143,4 @@ def main(argv=None) -> int:
         print(f"{s['engines']} engine(s), seq {s['seq_len']}: {s['cycles']} cycles, "
               f"speed-up {s['speedup']:.2f}")
     print(f"wrote {out} and {out.with_suffix('.png')}")
-    return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,23 +1,20 @@
 """Matrix-engine cycle benchmark: ``hw.perf.matmul`` model against the Amaranth simulation.
 
-Run as ``python -m sim.bench.matmul [--config configs/tiny.toml]``. For each shape one command
+Run as ``python -m hw bench --what matmul [--config configs/tiny.toml]``. For each shape one command
 runs with no stalls; the measured count is inclusive from the first accepted operand beat to
 the last accepted result beat, the same definition as ``hw.perf.matmul.matmul_cycles``.
 """
 
 from __future__ import annotations
 
-import argparse
 
 import numpy as np
 from amaranth.sim import Simulator
 
-from golden import load_config
 from hw.blocks.matmul import MatmulEngine
-from hw.perf.matmul import ideal_cycles, matmul_cycles
 from tests.matmul_vectors import expected_rows, operand_beats, random_case
 
-__all__ = ["measure_cycles", "main"]
+__all__ = ["measure_cycles"]
 
 
 def measure_cycles(cfg, m: int, n: int, k: int, seed: int = 0) -> int:
@@ -61,27 +58,3 @@ def measure_cycles(cfg, m: int, n: int, k: int, seed: int = 0) -> int:
     if got != expected:
         raise AssertionError(f"results differ from golden for m={m} n={n} k={k}")
     return marks["last"] - marks["first"] + 1
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="configs/tiny.toml")
-    args = parser.parse_args(argv)
-    cfg = load_config(args.config)
-    R, C = cfg.array_rows, cfg.array_cols
-    mm = max(cfg.max_seq_len, cfg.max_kv_len)
-    mn = mk = max(cfg.d_model, cfg.max_kv_len)
-    shapes = [(R, C, 4 * max(R, C)), (mm, mn, mk), (mm, cfg.max_kv_len, cfg.head_dim),
-              (mm, cfg.head_dim, cfg.max_kv_len), (R + 1, C + 1, 1), (mm - 1, mn - 1, 3)]
-    print(f"config {cfg.name}: {R}x{C} array")
-    print(f"{'m':>5} {'n':>5} {'k':>5} {'model':>8} {'measured':>9} {'ideal':>8} {'ratio':>6}")
-    for m, n, k in shapes:
-        model = matmul_cycles(cfg, m, n, k)
-        measured = measure_cycles(cfg, m, n, k)
-        ideal = ideal_cycles(cfg, m, n, k)
-        flag = "" if model == measured else "  MISMATCH"
-        print(f"{m:5} {n:5} {k:5} {model:8} {measured:9} {ideal:8} {model / ideal:6.3f}{flag}")
-
-
-if __name__ == "__main__":
-    main()

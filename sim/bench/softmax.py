@@ -1,6 +1,6 @@
 """Softmax unit cycle benchmark: the model of hw/perf/softmax.py against simulation.
 
-Run as ``python -m sim.bench.softmax [--config configs/default.toml] [--rows 16]``. For every
+Run as ``python -m hw bench --what softmax [--config configs/default.toml] [--rows 16]``. For every
 lane count and row length it streams ``--rows`` rows back to back through the unit in the
 Amaranth simulator (scores always valid, probs always ready), measures the cycles from the first
 input beat to the last output beat (inclusive), and prints them beside
@@ -11,15 +11,11 @@ measured figure differs from the model.
 
 from __future__ import annotations
 
-import argparse
-import sys
 
 import numpy as np
 from amaranth.sim import Simulator
 
-from golden import load_config
-from hw.perf.softmax import softmax_cycles
-from hw.blocks.softmax import SoftmaxGeometry, SoftmaxUnit
+from hw.blocks.softmax import SoftmaxUnit
 
 __all__ = ["measure_cycles"]
 
@@ -69,37 +65,3 @@ def measure_cycles(cfg, n_rows: int, row_len: int, seed: int = 0) -> int:
     sim.add_testbench(consumer)
     sim.run()
     return last[-1] - first[0] + 1
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="configs/default.toml")
-    parser.add_argument("--rows", type=int, default=16)
-    parser.add_argument("--lanes", type=int, nargs="+", default=[1, 2, 4])
-    args = parser.parse_args(argv)
-    base = load_config(args.config)
-    print(f"{base.name}: {args.rows} rows back to back, cycles first input to last output")
-    print(f"{'lanes':>5} {'keys':>5} {'beats':>5} {'model':>7} {'measured':>8} "
-          f"{'keys/cycle':>10} {'cycles/row':>10} {'row latency':>11}")
-    bad = 0
-    for lanes in args.lanes:
-        if base.array_cols % lanes or lanes > base.max_kv_len:
-            print(f"{lanes:>5} skipped: softmax_lanes must divide array_cols = {base.array_cols}")
-            continue
-        cfg = base.replace(softmax_lanes=lanes)
-        geo = SoftmaxGeometry(cfg)
-        for n in sorted({1, 2, 8, cfg.max_kv_len // 4 or 1, cfg.max_kv_len}):
-            model = softmax_cycles(cfg, args.rows, n)
-            got = measure_cycles(cfg, args.rows, n)
-            beats = -(-n // lanes)
-            bad += model != got
-            print(f"{lanes:>5} {n:>5} {beats:>5} {model:>7} {got:>8} "
-                  f"{args.rows * n / got:>10.3f} "
-                  f"{model - softmax_cycles(cfg, args.rows - 1, n):>10} "
-                  f"{2 * beats + geo.latency_fixed:>11}"
-                  + ("" if model == got else "  MISMATCH"), flush=True)
-    return 1 if bad else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,452 @@
+"""The project's command line: python -m hw COMMAND (installed as attention-accel).
+
+Commands (``python -m hw COMMAND --help`` gives each one's options):
+
+- ``generate``      Verilog and collateral of ``attention_top`` (``make verilog``)
+- ``lint``          ``verilator --lint-only -Wall`` of every generated block (``make lint``)
+- ``config``        validate a configuration and print it resolved, with derived widths
+- ``regmap``        the register map as JSON, C header and Markdown
+- ``vectors``       golden test vectors (``.npz``, ``$readmemh`` hex files, manifest)
+- ``accuracy``      golden model against float64 over the shipped configs (``make accuracy``)
+- ``bench``         cycle benchmarks, model against simulation (``make bench``)
+- ``perf``          the cycle models alone (layer or softmax unit)
+- ``synth``         the whole top through Yosys and nextpnr (``make synth``; options of
+  :mod:`hw.flow.synth`)
+- ``synth-blocks``  ECP5 synthesis of the matrix engine and the softmax unit (``make synth-blocks``)
+- ``sta``           static timing of a routed SDF (options of :mod:`hw.flow.sta`)
+
+Every command takes ``--config FILE`` where it builds something for a configuration (default
+``configs/default.toml`` of this repository). An invalid or unreadable configuration, a
+missing file, an unknown option or an option value out of range prints one line
+``error: ...`` naming the problem (and for a value its allowed range) on stderr and exits with
+status 2, before anything is written. A failed check (lint warnings, a benchmark that
+disagrees with its model) exits with 1.
+
+``generate`` writes, into ``--out`` (default build/verilog):
+
+- ``attention_top.v``     the accelerator (Verilog-2005 as emitted by Yosys, Icarus-safe);
+- ``attention_top.f``     a file list for simulators and synthesis tools;
+- ``regmap.json``         the AXI4-Lite register map;
+- ``attention_regs.h``    the same as a C header;
+- ``config.json``         the resolved configuration, with derived widths;
+- ``config.toml``         the configuration as loaded (re-loadable);
+- ``attention_top.sdc``   clock-constraint template, SDC (``--clock-mhz``, default 100);
+- ``attention_top.xdc``   the same for Vivado (XDC);
+- ``attention_top.core``  a FuseSoC CAPI2 core of these files (targets default, lint, sim,
+  synth, vivado): ``fusesoc --cores-root build/verilog run --target=lint
+  attention-accel:ip:attention_top``.
+
+Outputs are written to a temporary folder first and moved into place only when all of them
+succeeded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from golden.config import ConfigError, load_config
+
+__all__ = ["main", "UsageError", "DEFAULT_CONFIG"]
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_CONFIG = REPO_ROOT / "configs" / "default.toml"
+TOP = "attention_top"
+DEFAULT_CLOCK_MHZ = 100.0
+
+
+class UsageError(Exception):
+    """A command-line mistake: the message names the option, the value and what is allowed."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises :class:`UsageError` instead of printing usage and exiting, so every
+    mistake goes through :func:`main`'s one error path (and ``main(argv)`` returns 2 to a
+    caller instead of raising SystemExit)."""
+
+    def error(self, message):
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _need(name: str, value, lo=None, hi=None) -> None:
+    """An option value out of its range is a usage error naming the range."""
+    if value is None:
+        return
+    values = value if isinstance(value, list) else [value]
+    for v in values:
+        if (lo is not None and v < lo) or (hi is not None and v > hi):
+            allowed = (f"{lo}..{hi}" if lo is not None and hi is not None
+                       else f">= {lo}" if lo is not None else f"<= {hi}")
+            raise UsageError(f"{name} {v:g} is out of range: allowed {allowed}")
+
+
+def _config(args):
+    return load_config(args.config)
+
+
+# ---------------------------------------------------------------------------- generate, lint
+
+def _generate(cfg, out: Path, clock_mhz: float = DEFAULT_CLOCK_MHZ) -> list[Path]:
+    from hw.attention_top import AttentionTop
+    from hw.bus.regmap import regmap_c_header, regmap_json
+    from hw.gen.collateral import fusesoc_core_text, sdc_text, xdc_text
+    from hw.gen.verilog import to_verilog
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".gen-", dir=out.parent))
+    try:
+        top = AttentionTop(cfg)
+        files = {
+            f"{TOP}.v": to_verilog(top, TOP),
+            f"{TOP}.f": f"{TOP}.v\n",
+            "regmap.json": regmap_json(cfg),
+            "attention_regs.h": regmap_c_header(cfg),
+            "config.json": cfg.to_json() + "\n",
+            "config.toml": cfg.to_toml(),
+            f"{TOP}.sdc": sdc_text(cfg, top, clock_mhz),
+            f"{TOP}.xdc": xdc_text(cfg, top, clock_mhz),
+            f"{TOP}.core": fusesoc_core_text(cfg, f"{TOP}.v", f"{TOP}.sdc", f"{TOP}.xdc"),
+        }
+        for name, text in files.items():
+            (tmp / name).write_text(text)
+        out.mkdir(parents=True, exist_ok=True)
+        written = []
+        for name in files:
+            (tmp / name).replace(out / name)
+            written.append(out / name)
+        return written
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def cmd_generate(args) -> int:
+    _need("--clock-mhz", args.clock_mhz, 0.001, 2000)
+    cfg = _config(args)
+    t0 = time.monotonic()
+    written = _generate(cfg, Path(args.out), args.clock_mhz)
+    dt = time.monotonic() - t0
+    print(f"{cfg.name}: d_model {cfg.d_model}, {cfg.heads} heads x {cfg.head_dim}, "
+          f"seq <= {cfg.max_seq_len}, kv <= {cfg.max_kv_len}, {cfg.engines} engine(s) of "
+          f"{cfg.array_rows}x{cfg.array_cols} PEs ({dt:.1f} s)")
+    for p in written:
+        print(f"  wrote {p} ({p.stat().st_size} bytes)")
+    return 0
+
+
+def cmd_lint(args) -> int:
+    from hw.gen.lint import lint_blocks
+    from hw.gen.verilog import LINT_WAIVERS
+
+    cfg = _config(args)
+    out = Path(args.out)
+    top_v = _generate(cfg, out)[0] if "attention_top" in args.block else None
+    bad = 0
+    for res in lint_blocks(cfg, out, blocks=args.block, top_verilog=top_v):
+        bad += bool(res.issues)
+        print(f"lint {res.top}: {len(res.issues)} warning(s) or error(s); report: {res.report}")
+        for line in res.issues[:20]:
+            print("  " + line)
+    print(f"waivers: {', '.join(LINT_WAIVERS)} (reasons in hw/gen/verilog.py)")
+    return 1 if bad else 0
+
+
+def cmd_config(args) -> int:
+    cfg = _config(args)
+    print(cfg.to_toml() if args.toml else cfg.to_json())
+    return 0
+
+
+def cmd_regmap(args) -> int:
+    from hw.bus.regmap import regmap_c_header, regmap_json, regmap_markdown
+    cfg = _config(args)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    files = {"regmap.json": regmap_json(cfg), "attention_regs.h": regmap_c_header(cfg),
+             "register_map.md": regmap_markdown(cfg)}
+    for name, text in files.items():
+        (out / name).write_text(text)
+        print(f"wrote {out / name}")
+    return 0
+
+
+# ---------------------------------------------------------------------------- golden model
+
+def cmd_vectors(args) -> int:
+    from golden.vectors import export_vectors, random_run
+    cfg = _config(args)
+    _need("--seq-len", args.seq_len, 1, cfg.max_seq_len)
+    _need("--kv-len", args.kv_len, 1, cfg.max_kv_len)
+    if args.cross and not cfg.cross_attention:
+        raise UsageError(f"--cross: {cfg.name} has cross_attention = false")
+    layer, x, kv = random_run(cfg, args.seed, seq_len=args.seq_len, cross=args.cross)
+    man = export_vectors(cfg, layer, x, kv, args.causal, args.kv_len, out_dir=Path(args.out))
+    print(f"wrote {len(man['tensors'])} tensors for {cfg.name} (seq_len {man['seq_len']}, "
+          f"kv_len {man['kv_len']}, causal {man['causal']}) to {args.out}")
+    return 0
+
+
+def cmd_accuracy(args) -> int:
+    from golden.accuracy import run
+    _need("--rows", args.rows, 1)
+    out = Path(args.out)
+    rep = run(out, args.rows, args.seed)
+    ov = rep["softmax"]["overall"]
+    print(f"softmax: {ov['rows']} rows, {ov['outputs']} outputs: max err "
+          f"{ov['softmax_max_err_lsb']:.3f} LSB, correctly rounded "
+          f"{ov['softmax_correctly_rounded_pct']:.3f} %, saturated max err "
+          f"{ov['softmax_saturated_max_err_lsb']:.3f} LSB, row sum "
+          f"{ov['row_sum_min']}..{ov['row_sum_max']}")
+    for name, r in rep["layer"].items():
+        print(f"layer {name}: cosine min {r['layer_cosine_min']:.4f}, max abs err "
+              f"{r['layer_max_abs_err']:.4f}, rel err {r['layer_rel_err']:.4f}")
+    for miss in rep["misses"]:
+        print(f"MISSED: {miss}")
+    print(f"wrote {out / 'accuracy.json'} and {out / 'softmax_error.png'}")
+    return 1 if rep["misses"] else 0
+
+
+# ---------------------------------------------------------------------------- cycles
+
+def _bench_matmul(cfg) -> int:
+    from hw.perf.matmul import ideal_cycles, matmul_cycles
+    from sim.bench.matmul import measure_cycles
+    R, C = cfg.array_rows, cfg.array_cols
+    mm = max(cfg.max_seq_len, cfg.max_kv_len)
+    mn = mk = max(cfg.d_model, cfg.max_kv_len)
+    shapes = [(R, C, 4 * max(R, C)), (mm, mn, mk), (mm, cfg.max_kv_len, cfg.head_dim),
+              (mm, cfg.head_dim, cfg.max_kv_len), (R + 1, C + 1, 1), (mm - 1, mn - 1, 3)]
+    print(f"matrix engine, {cfg.name}: {R}x{C} array, cycles first operand to last result")
+    print(f"{'m':>5} {'n':>5} {'k':>5} {'model':>8} {'measured':>9} {'ideal':>8} {'ratio':>6}")
+    bad = 0
+    for m, n, k in shapes:
+        model = matmul_cycles(cfg, m, n, k)
+        measured = measure_cycles(cfg, m, n, k)
+        ideal = ideal_cycles(cfg, m, n, k)
+        bad += model != measured
+        print(f"{m:5} {n:5} {k:5} {model:8} {measured:9} {ideal:8} {model / ideal:6.3f}"
+              + ("" if model == measured else "  MISMATCH"), flush=True)
+    return bad
+
+
+def _bench_softmax(cfg, rows: int, lanes_list: list[int]) -> int:
+    from hw.blocks.softmax import SoftmaxGeometry
+    from hw.perf.softmax import softmax_cycles
+    from sim.bench.softmax import measure_cycles
+    print(f"softmax unit, {cfg.name}: {rows} rows back to back, cycles first input to last "
+          f"output")
+    print(f"{'lanes':>5} {'keys':>5} {'beats':>5} {'model':>7} {'measured':>8} "
+          f"{'keys/cycle':>10} {'cycles/row':>10} {'row latency':>11}")
+    bad = 0
+    for lanes in lanes_list:
+        if cfg.array_cols % lanes or lanes > cfg.max_kv_len:
+            print(f"{lanes:>5} skipped: softmax_lanes must divide array_cols = "
+                  f"{cfg.array_cols} and be at most max_kv_len = {cfg.max_kv_len}")
+            continue
+        c = cfg.replace(softmax_lanes=lanes)
+        geo = SoftmaxGeometry(c)
+        for n in sorted({1, 2, 8, c.max_kv_len // 4 or 1, c.max_kv_len} & set(range(1, c.max_kv_len + 1))):
+            model = softmax_cycles(c, rows, n)
+            got = measure_cycles(c, rows, n)
+            beats = -(-n // lanes)
+            bad += model != got
+            print(f"{lanes:>5} {n:>5} {beats:>5} {model:>7} {got:>8} {rows * n / got:>10.3f} "
+                  f"{model - softmax_cycles(c, rows - 1, n):>10} "
+                  f"{2 * beats + geo.latency_fixed:>11}"
+                  + ("" if model == got else "  MISMATCH"), flush=True)
+    return bad
+
+
+def _bench_layer(cfg, args) -> int:
+    from sim.bench.layer import report_layer
+    top = min(cfg.max_seq_len, cfg.max_kv_len)      # self-attention: queries are the keys
+    _need("--seq", args.seq, 1, top)
+    _need("--scaling", args.scaling, 1, cfg.heads)
+    others = [cfg.replace(engines=e) for e in sorted(set(args.scaling) - {cfg.engines})]
+    lengths = args.seq or sorted({16, 32, 64, top} & set(range(1, top + 1)))
+    report_layer(cfg, lengths, others, args.simulator, Path(args.out))
+    return 0
+
+
+def cmd_bench(args) -> int:
+    cfg = _config(args)
+    _need("--rows", args.rows, 2)
+    _need("--lanes", args.lanes, 1, 16)
+    what = ("matmul", "softmax", "layer") if args.what == "all" else (args.what,)
+    if "layer" in what:        # check the layer's options before hours of simulation
+        _need("--seq", args.seq, 1, min(cfg.max_seq_len, cfg.max_kv_len))
+        _need("--scaling", args.scaling, 1, cfg.heads)
+    bad = 0
+    if "matmul" in what:
+        bad += _bench_matmul(cfg)
+    if "softmax" in what:
+        bad += _bench_softmax(cfg, args.rows, args.lanes)
+    if "layer" in what:
+        bad += _bench_layer(cfg, args)
+    return 1 if bad else 0
+
+
+def cmd_perf(args) -> int:
+    cfg = _config(args)
+    if args.what == "layer":
+        from hw.perf.layer import layer_timing
+        _need("--seq", args.seq, 1, cfg.max_seq_len)
+        lengths = args.seq or sorted({16, 32, 64, cfg.max_seq_len}
+                                     & set(range(1, cfg.max_seq_len + 1)))
+        print(f"{'seq':>5} {'load':>7} {'compute':>9} {'stall':>6} {'stream':>7} "
+              f"{'latency':>9} {'interval':>9} {'ideal':>9} {'util':>6}")
+        for n in lengths:
+            lt = layer_timing(cfg, n)
+            print(f"{n:>5} {lt.load:>7} {lt.compute:>9} {lt.softmax_stall:>6} {lt.stream:>7} "
+                  f"{lt.latency:>9} {lt.interval:>9} {lt.ideal:>9.0f} {lt.utilization:>6.1%}")
+    else:
+        from hw.perf.softmax import softmax_cycles
+        _need("--rows", args.rows, 1)
+        for n in sorted({1, 2, 8, cfg.max_kv_len // 2 or 1, cfg.max_kv_len}):
+            c = softmax_cycles(cfg, args.rows, n)
+            print(f"N = {n:5d}: {c:7d} cycles, {args.rows * n / c:.3f} scores/cycle")
+    return 0
+
+
+# ---------------------------------------------------------------------------- FPGA flow
+
+def cmd_synth_blocks(args) -> int:
+    cfg = _config(args)
+    sizes = []
+    for size in args.sizes or [f"{cfg.array_rows}x{cfg.array_cols}"]:
+        try:
+            rows, cols = (int(x) for x in size.split("x"))
+        except ValueError:
+            raise UsageError(f"--sizes {size!r}: expected ROWSxCOLS, e.g. 6x8") from None
+        _need("--sizes rows", rows, 2, 16)
+        _need("--sizes columns", cols, 2, 16)
+        sizes.append((rows, cols))
+    what = ("matmul", "softmax") if args.what == "all" else (args.what,)
+    if "matmul" in what:
+        from hw.flow.synth_matmul import report_matmul
+        report_matmul(cfg, sizes, route=not args.no_pnr, seed=args.seed,
+                      generic_dsp=args.generic_dsp)
+    if "softmax" in what:
+        from hw.flow.synth_softmax import report_softmax
+        report_softmax(cfg, route=not args.no_pnr, seed=args.seed, generic_dsp=args.generic_dsp)
+    return 0
+
+
+def _passthrough(module: str):
+    """A command whose options belong to ``module.main(argv)`` (its own parser and errors)."""
+    def run(args) -> int:
+        import importlib
+        try:
+            return importlib.import_module(module).main(args.rest)
+        except SystemExit as e:          # its argparse: usage error (2) or --help (0)
+            return e.code if isinstance(e.code, int) else 2
+    return run
+
+
+# ---------------------------------------------------------------------------- parser
+
+def _parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="python -m hw", description=__doc__.split("\n\n")[0],
+                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                 epilog="python -m hw COMMAND --help shows a command's options.")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                            parser_class=_Parser)
+
+    def command(name, func, help, config=True):
+        p = sub.add_parser(name, help=help, description=help)
+        if config:
+            p.add_argument("--config", default=DEFAULT_CONFIG, type=Path,
+                           help="configuration TOML (default configs/default.toml)")
+        p.set_defaults(func=func)
+        return p
+
+    p = command("generate", cmd_generate, "write Verilog, file list, register map, config, "
+                "constraint templates and FuseSoC core")
+    p.add_argument("--out", default="build/verilog")
+    p.add_argument("--clock-mhz", type=float, default=DEFAULT_CLOCK_MHZ,
+                   help="clock of the SDC/XDC constraint templates, MHz (default 100)")
+
+    p = command("lint", cmd_lint, "verilator --lint-only -Wall of every generated block "
+                "(attention_top, matmul_engine, softmax_unit)")
+    p.add_argument("--out", default="build/lint")
+    p.add_argument("--block", nargs="+", choices=("attention_top", "matmul_engine",
+                                                  "softmax_unit"),
+                   default=["attention_top", "matmul_engine", "softmax_unit"],
+                   help="blocks to lint (default all)")
+
+    p = command("config", cmd_config, "validate a configuration and print it resolved")
+    p.add_argument("--toml", action="store_true", help="print TOML instead of JSON")
+
+    p = command("regmap", cmd_regmap, "write the register map: regmap.json, attention_regs.h, "
+                "register_map.md")
+    p.add_argument("--out", default="build/regmap")
+
+    p = command("vectors", cmd_vectors, "export golden test vectors (.npz, .hex, manifest)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--out", default="build/vectors")
+    p.add_argument("--seq-len", type=int, default=None, help="query rows (default max_seq_len)")
+    p.add_argument("--causal", action="store_true", help="apply the causal mask")
+    p.add_argument("--kv-len", type=int, default=None, help="valid keys (key padding)")
+    p.add_argument("--cross", action="store_true",
+                   help="cross-attention with max_kv_len random key/value rows")
+
+    p = command("accuracy", cmd_accuracy, "golden integer model against float64 on every "
+                "shipped configuration", config=False)
+    p.add_argument("--out", default="build/accuracy")
+    p.add_argument("--rows", type=int, default=400,
+                   help="rows per (config, multiplier, row kind) case (default 400)")
+    p.add_argument("--seed", type=int, default=0)
+
+    p = command("bench", cmd_bench, "cycle benchmarks against their models: matrix engine, "
+                "softmax unit (Amaranth simulator), whole layer (Verilator)")
+    p.add_argument("--what", default="all", choices=("matmul", "softmax", "layer", "all"))
+    p.add_argument("--rows", type=int, default=16, help="softmax: rows back to back (16)")
+    p.add_argument("--lanes", type=int, nargs="+", default=[1, 2, 4],
+                   help="softmax: lane counts (1 2 4)")
+    p.add_argument("--seq", type=int, nargs="+", default=None,
+                   help="layer: sequence lengths (default 16 32 64 and the longest)")
+    p.add_argument("--scaling", type=int, nargs="*", default=[1],
+                   help="layer: other engine counts to compare at the longest length (1)")
+    p.add_argument("--simulator", default="verilator", choices=("verilator", "icarus"))
+    p.add_argument("--out", default="build/bench/bench.json", help="layer: report JSON")
+
+    p = command("perf", cmd_perf, "cycle models without simulation")
+    p.add_argument("--what", default="layer", choices=("layer", "softmax"))
+    p.add_argument("--seq", type=int, nargs="+", default=None, help="layer: sequence lengths")
+    p.add_argument("--rows", type=int, default=64, help="softmax: rows back to back (64)")
+
+    p = command("synth-blocks", cmd_synth_blocks, "ECP5 synthesis (and nextpnr) of the matrix "
+                "engine and the softmax unit")
+    p.add_argument("--what", default="all", choices=("matmul", "softmax", "all"))
+    p.add_argument("--sizes", nargs="+", default=None,
+                   help="matmul: array sizes RxC (default: the configuration's)")
+    p.add_argument("--no-pnr", action="store_true", help="synthesis only")
+    p.add_argument("--seed", type=int, default=1, help="nextpnr placer seed")
+    p.add_argument("--generic-dsp", action="store_true",
+                   help="elaborate without the ECP5 marker: behavioural multipliers")
+
+    for name, module, help in (
+            ("synth", "hw.flow.synth", "the whole top through Yosys and nextpnr "
+             "(python -m hw synth --help lists its options)"),
+            ("sta", "hw.flow.sta", "paths of a routed SDF that miss the clock "
+             "(python -m hw sta --help lists its options)")):
+        p = sub.add_parser(name, help=help, add_help=False, prefix_chars="\0")
+        p.add_argument("rest", nargs=argparse.REMAINDER)
+        p.set_defaults(func=_passthrough(module))
+    return ap
+
+
+def main(argv=None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+        return args.func(args)
+    except (ConfigError, UsageError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:        # a missing input or an unwritable output
+        where = f" {e.filename}" if e.filename else ""
+        print(f"error: {e.strerror or e}:{where}", file=sys.stderr)
+        return 2
