@@ -251,6 +251,9 @@ def test_markdown_is_current():
     assert "| 0x080 | `WEIGHTS_COMMIT` | wo |" in doc
     assert "| 10 | `BAD_SHIFT` | w1c | 0x0 | none |" in doc
     assert "| 11 | `ENGINE_FAULT` | w1c | 0x0 | none |" in doc
+    # Out of reset the idle engine accepts a START: STATUS reads START_READY.
+    assert "| 0x00C | `STATUS` | mixed | 0x00000010 |" in doc
+    assert "| 4 | `START_READY` | ro | 0x1 | none |" in doc
 
 
 def test_cli(tmp_path):
