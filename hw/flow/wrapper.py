@@ -20,8 +20,9 @@ Two I/O modes:
     cycle of its own instead of sharing one with the top's first logic (``slices=1`` gives
     the single-slice wrapper). Stream semantics are kept exactly (lossless, in order, one
     beat per cycle sustained); each channel gains one cycle of latency per slice. ``irq`` is
-    registered once, ``rst`` too (the core sees a reset one cycle later). 189 pins for
-    ``configs/default.toml``.
+    registered once, ``rst`` too (the core sees a reset one cycle later). Pins, ``clk`` and
+    ``rst`` included: 191 for ``configs/default.toml``, 189 for ``configs/tiny.toml`` (its
+    AXI4-Lite addresses, write and read, are one bit narrower).
 ``narrow``
     For packages with fewer pins (iCE40 UP5K SG48: 39). The handshake pins (``*valid``,
     ``*ready``), ``irq``, ``clk`` and ``rst`` stay as in ``full``, with the same register

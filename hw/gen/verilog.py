@@ -2,8 +2,9 @@
 
 ``to_verilog`` converts a component and applies one fix: Yosys's time-0 trigger register
 (``reg \\$auto$verilog_backend... = 0;``) becomes an ``initial #0`` assignment, so Icarus runs
-every ``always @*`` block once at time 0 instead of leaving outputs at X (amaranth #594; see
-docs/toolchain notes). Verilator then needs ``--no-timing``. Absolute source paths in ``src``
+every ``always @*`` block once at time 0 instead of leaving outputs at X (Amaranth issue
+594); :func:`_trigger_comb_blocks` does the same for every ``always @*`` block. Verilator then
+needs ``--no-timing``. Absolute source paths in ``src``
 attributes are made relative to the repository, so the output does not depend on the checkout.
 """
 
