@@ -8,6 +8,7 @@ from amaranth.sim import Simulator
 
 from golden import load_config
 from golden.config import AttentionConfig
+from hw.gen.verilog import REPO_ROOT
 from hw.blocks.matmul import MatmulEngine
 from hw.blocks.pe import ProcessingElement
 from hw.perf.matmul import fill_drain_cycles, ideal_cycles, matmul_cycles
@@ -15,7 +16,7 @@ from hw.blocks.systolic import SystolicArray
 from tests.matmul_vectors import (MatmulCase, expected_rows, extreme_case, operand_beats,
                                   random_case)
 
-TINY = load_config("configs/tiny.toml")
+TINY = load_config(REPO_ROOT / "configs" / "tiny.toml")
 
 
 def _run(dut, testbench):

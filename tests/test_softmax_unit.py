@@ -14,6 +14,7 @@ from amaranth.sim import Simulator
 
 from golden import load_config
 from golden.softmax import softmax_exp
+from hw.gen.verilog import REPO_ROOT
 from hw.blocks.divider import ReciprocalDivider
 from hw.blocks.exp2 import Exp2Unit
 from hw.perf.softmax import softmax_cycles, softmax_schedule
@@ -22,9 +23,9 @@ from sim.collisions import CollisionScramble
 from tests.softmax_cases import (Settings, edge_rows, expected_row, extreme_settings,
                                  random_rows, realistic_settings)
 
-TINY = load_config("configs/tiny.toml")
+TINY = load_config(REPO_ROOT / "configs" / "tiny.toml")
 WIDE = TINY.replace(softmax_lanes=2, max_seq_len=32, max_kv_len=32)
-DEFAULT = load_config("configs/default.toml")
+DEFAULT = load_config(REPO_ROOT / "configs" / "default.toml")
 
 
 def _run(dut, *testbenches):

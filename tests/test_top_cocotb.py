@@ -11,7 +11,7 @@ from hw.attention_top import AttentionTop
 from hw.gen.verilog import REPO_ROOT, write_verilog
 from sim.runner import BUILD_ROOT, run_cocotb
 
-TINY = g.load_config("configs/tiny.toml")
+TINY = g.load_config(REPO_ROOT / "configs" / "tiny.toml")
 CONFIGS = {
     # one engine, 4x4, causal + cross-attention
     "tiny": TINY,

@@ -14,13 +14,14 @@ import numpy as np
 from cocotb.triggers import FallingEdge, ReadOnly
 
 from golden import load_config
+from hw.gen.verilog import REPO_ROOT
 from hw.blocks.matmul import MatmulEngine
 from hw.perf.matmul import matmul_cycles
 from tests.cocotb.streams import (clock_and_reset, StreamSink, StreamSource, pack_array, pack_fields,
                                   run_streams, unpack_array)
 from tests.matmul_vectors import expected_rows, extreme_case, operand_beats, random_case
 
-CFG = load_config(os.environ.get("MATMUL_CONFIG", "configs/tiny.toml")).replace(
+CFG = load_config(os.environ.get("MATMUL_CONFIG", REPO_ROOT / "configs" / "tiny.toml")).replace(
     array_rows=int(os.environ.get("MATMUL_ROWS", "4")),
     array_cols=int(os.environ.get("MATMUL_COLS", "4")))
 SEED = int(os.environ.get("MATMUL_SEED", "1"))

@@ -20,6 +20,7 @@ import numpy as np
 from cocotb.triggers import FallingEdge, RisingEdge
 
 from golden import load_config
+from hw.gen.verilog import REPO_ROOT
 from hw.perf.softmax import softmax_schedule
 from hw.blocks.softmax import prob_beat_layout, score_beat_layout
 from tests.cocotb.streams import (clock_and_reset, StreamSink, StreamSource, pack_array, run_streams,
@@ -27,7 +28,7 @@ from tests.cocotb.streams import (clock_and_reset, StreamSink, StreamSource, pac
 from tests.softmax_cases import (Settings, edge_rows, expected_row, extreme_settings,
                                  random_rows, realistic_settings, settings_valid)
 
-CFG = load_config(os.environ.get("SOFTMAX_CONFIG", "configs/tiny.toml"))
+CFG = load_config(os.environ.get("SOFTMAX_CONFIG", REPO_ROOT / "configs" / "tiny.toml"))
 if "SOFTMAX_LANES" in os.environ:
     _kv = int(os.environ.get("SOFTMAX_MAX_KV", CFG.max_kv_len))
     CFG = CFG.replace(softmax_lanes=int(os.environ["SOFTMAX_LANES"]), max_seq_len=_kv,
