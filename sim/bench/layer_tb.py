@@ -1,4 +1,5 @@
-"""cocotb module of ``python -m hw bench --what layer`` (sim/bench/layer.py): timed layer runs on the simulated top.
+"""cocotb module of ``python -m hw bench --what layer`` (sim/bench/layer.py): timed layer runs
+on the simulated top.
 
 Environment: ATTN_CONFIG (TOML), BENCH_SEQ (comma-separated lengths), BENCH_OUT (JSON path),
 BENCH_OVERLAP (sequences per back-to-back burst, default 3; 0 skips the bursts).
