@@ -248,7 +248,8 @@ def _bench_softmax(cfg, rows: int, lanes_list: list[int]) -> int:
             continue
         c = cfg.replace(softmax_lanes=lanes)
         geo = SoftmaxGeometry(c)
-        for n in sorted({1, 2, 8, c.max_kv_len // 4 or 1, c.max_kv_len} & set(range(1, c.max_kv_len + 1))):
+        keys = {1, 2, 8, c.max_kv_len // 4 or 1, c.max_kv_len} & set(range(1, c.max_kv_len + 1))
+        for n in sorted(keys):
             model = softmax_cycles(c, rows, n)
             got = measure_cycles(c, rows, n)
             beats = -(-n // lanes)

