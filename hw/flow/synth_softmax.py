@@ -2,8 +2,9 @@
 
 Run as ``python -m hw synth-blocks --what softmax [--config configs/default.toml] [--no-pnr]``.
 Work files go to ``build/synth/softmax/<config>/`` (YoWASP cannot see /tmp: every path handed
-to it is relative to that directory). Prints LUT4, flip-flop, MULT18X18D and DP16KD counts and, after
-nextpnr-ecp5 ``--85k --timing-allow-fail``, the utilisation and Fmax of ``report.json``.
+to it is relative to that directory). Prints LUT4, flip-flop, MULT18X18D and DP16KD counts
+and, after nextpnr-ecp5 ``--85k --timing-allow-fail``, the utilisation and Fmax of
+``report.json``.
 
 The unit's ports (about 90 signals for default.toml) are reached through
 :class:`SoftmaxSynthShim`: the ``scores`` payload and the four run-time settings come from one
