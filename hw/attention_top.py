@@ -91,22 +91,14 @@ class AttentionTop(wiring.Component):
             self.irq.eq(regs.irq),
         ]
 
+        wiring.connect(m, regs.start, core.start)
+        wiring.connect(m, regs.window, core.window)
         m.d.comb += [
-            core.start.eq(regs.start),
-            core.causal.eq(regs.causal), core.cross.eq(regs.cross),
-            core.seq_len.eq(regs.seq_len), core.kv_len.eq(regs.kv_len),
-            core.key_len.eq(regs.key_len),
-            core.exp_mult.eq(regs.exp_mult), core.exp_shift.eq(regs.exp_shift),
-            core.wwin_en.eq(regs.wwin_en), core.wwin_addr.eq(regs.wwin_addr),
-            core.wwin_data.eq(regs.wwin_data), core.wwin_strb.eq(regs.wwin_strb),
-            regs.busy.eq(core.busy), regs.start_ready.eq(core.start_ready),
+            regs.busy.eq(core.busy),
             regs.done_set.eq(core.done),
             regs.error_set.eq(core.error),
             regs.error_cause.eq(core.error_cause[:len(ERROR_CAUSES)]),
             regs.cycles.eq(core.cycles), regs.busy_cycles.eq(core.busy_cycles),
             regs.stall_cycles.eq(core.stall_cycles),
         ]
-        for n in ("q", "k", "v", "pv", "o"):
-            m.d.comb += [getattr(core, f"rq_{n}_mult").eq(getattr(regs, f"rq_{n}_mult")),
-                         getattr(core, f"rq_{n}_shift").eq(getattr(regs, f"rq_{n}_shift"))]
         return m

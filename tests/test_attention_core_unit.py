@@ -16,8 +16,9 @@ from hw.bus.regmap import build_regmap, pack_window
 from sim.axis import pack_rows, unpack_words
 from sim.collisions import CollisionScramble
 from sim.layers import make_case
+from hw.gen.verilog import REPO_ROOT
 
-TINY = g.load_config("configs/tiny.toml")
+TINY = g.load_config(REPO_ROOT / "configs" / "tiny.toml")
 
 
 def run_core(cfg, layer, runs, *, idle=0.0, backpressure=0.0, seed=0, max_cycles=200_000,
@@ -38,31 +39,32 @@ def run_core(cfg, layer, runs, *, idle=0.0, backpressure=0.0, seed=0, max_cycles
 
     async def tb(ctx):
         for addr, word in enumerate(window):
-            ctx.set(core.wwin_en, 1)
-            ctx.set(core.wwin_addr, addr)
-            ctx.set(core.wwin_data, word)
-            ctx.set(core.wwin_strb, 0xF)
+            ctx.set(core.window.en, 1)
+            ctx.set(core.window.addr, addr)
+            ctx.set(core.window.data, word)
+            ctx.set(core.window.strb, 0xF)
             await ctx.tick()
-        ctx.set(core.wwin_en, 0)
+        ctx.set(core.window.en, 0)
+        settings = core.start.payload
         def set_params(bad_shift=False):
             for n in ("q", "k", "v", "pv", "o"):
                 rq = getattr(layer, f"rq_{n}")
-                ctx.set(getattr(core, f"rq_{n}_mult"), rq.mult)
-                ctx.set(getattr(core, f"rq_{n}_shift"), 0 if bad_shift and n == "v" else rq.shift)
+                ctx.set(settings[f"rq_{n}_mult"], rq.mult)
+                ctx.set(settings[f"rq_{n}_shift"], 0 if bad_shift and n == "v" else rq.shift)
         set_params()
-        ctx.set(core.exp_mult, layer.exp_mult)
-        ctx.set(core.exp_shift, layer.exp_shift)
+        ctx.set(settings.exp_mult, layer.exp_mult)
+        ctx.set(settings.exp_shift, layer.exp_shift)
         for run in runs:
             set_params(run.get("bad_shift", False))
             x, kv = run["x"], run.get("kv")
-            ctx.set(core.seq_len, len(x))
-            ctx.set(core.kv_len, len(kv) if kv is not None else 0)
-            ctx.set(core.key_len, run.get("key_len") or 0)
-            ctx.set(core.causal, int(run.get("causal", False)))
-            ctx.set(core.cross, int(kv is not None))
-            ctx.set(core.start, 1)
+            ctx.set(settings.seq_len, len(x))
+            ctx.set(settings.kv_len, len(kv) if kv is not None else 0)
+            ctx.set(settings.key_len, run.get("key_len") or 0)
+            ctx.set(settings.causal, int(run.get("causal", False)))
+            ctx.set(settings.cross, int(kv is not None))
+            ctx.set(core.start.valid, 1)
             await ctx.tick()
-            ctx.set(core.start, 0)
+            ctx.set(core.start.valid, 0)
             words = run.get("words")
             if words is None:
                 words = pack_rows(x) + (pack_rows(kv) if kv is not None else [])
@@ -234,7 +236,7 @@ def test_divmod_const(width, divisor):
     """Quotient and remainder by a constant for every value: slices for powers of two, a
     table up to 10 bits, Yosys's divider beyond."""
     from amaranth import Module, Signal
-    from hw.core.attention_core import divmod_const
+    from hw.core.arith import divmod_const
     m = Module()
     value = Signal(width)
     q, r = divmod_const(value, divisor)

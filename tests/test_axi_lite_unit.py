@@ -18,8 +18,9 @@ from amaranth.sim import Simulator
 from golden import load_config
 from hw.bus.axi_lite import AxiLiteRegs, AxiLiteSignature
 from hw.bus.regmap import build_regmap
+from hw.gen.verilog import REPO_ROOT
 
-TINY = load_config("configs/tiny.toml")
+TINY = load_config(REPO_ROOT / "configs" / "tiny.toml")
 from tests.axil_spec import (BAD_CAUSAL, BAD_CROSS, BAD_KEY_LEN, BAD_KV_LEN, BAD_SEQ_LEN,
                              BAD_SHIFT, BUSY, BUSY_CYCLES, CAUSAL, CAUSE, COMMIT, CONFIG0,
                              CONFIG1, CONFIG2, CROSS, CTRL, CYCLES, DONE, ENGINE_FAULT, ERROR,
@@ -121,14 +122,14 @@ def run(cfg, body, *, timing="fast", seed=0, monitor=True, engine=None):
     sim.add_clock(1e-8)
 
     async def bench(ctx):
-        ctx.set(dut.start_ready, 1)     # an idle engine: its input buffer is free
+        ctx.set(dut.start.ready, 1)     # an idle engine: its input buffer is free
         await body(ctx, dut, master, events)
         await ctx.tick().repeat(2)      # let the monitor see the last write's strobes
 
     async def watch(ctx):
         cycle = 0
         async for _, _, start, en, addr, data, strb in ctx.tick().sample(
-                dut.start, dut.wwin_en, dut.wwin_addr, dut.wwin_data, dut.wwin_strb):
+                dut.start.valid, dut.window.en, dut.window.addr, dut.window.data, dut.window.strb):
             if start:
                 events.append(("start", cycle))
             if en:
@@ -186,13 +187,13 @@ def test_signature_and_arguments():
     dut = AxiLiteRegs(TINY)
     Fragment.get(dut, None)             # elaborates
     assert len(dut.s_axi.awaddr) == build_regmap(TINY).addr_width == 17
-    assert len(dut.wwin_addr) == 9     # 320 window words
+    assert len(dut.window.addr) == 9     # 320 window words
     assert len(dut.error_cause) == N_CAUSES
 
 
 @pytest.mark.parametrize("cfg_name", ["tiny", "default"])
 def test_reset_values(cfg_name):
-    cfg = load_config(f"configs/{cfg_name}.toml")
+    cfg = load_config(REPO_ROOT / "configs" / f"{cfg_name}.toml")
     rmap = build_regmap(cfg)
 
     async def body(ctx, dut, m, events):
@@ -213,7 +214,7 @@ def test_reset_values(cfg_name):
         ports = SpecModel(cfg, rmap).ports()
         for name, want in ports.items():
             assert ctx.get(getattr(dut, name)) == want, name
-        assert ctx.get(dut.start) == 0 and ctx.get(dut.wwin_en) == 0
+        assert ctx.get(dut.start.valid) == 0 and ctx.get(dut.window.en) == 0
 
     assert run(cfg, body) == []
 
@@ -281,12 +282,12 @@ def test_cycle_latencies():
         await ctx.tick()                                    # cycle n: handshakes
         ctx.set(bus.awvalid, 0)
         ctx.set(bus.wvalid, 0)
-        assert not ctx.get(bus.awready) and not ctx.get(bus.bvalid) and not ctx.get(dut.start)
+        assert not ctx.get(bus.awready) and not ctx.get(bus.bvalid) and not ctx.get(dut.start.valid)
         await ctx.tick()                                    # n + 1: executes
-        assert ctx.get(bus.bvalid) and ctx.get(dut.start) and ctx.get(bus.bresp) == OKAY
+        assert ctx.get(bus.bvalid) and ctx.get(dut.start.valid) and ctx.get(bus.bresp) == OKAY
         assert ctx.get(bus.awready)                         # the next write may enter
         await ctx.tick()
-        assert not ctx.get(bus.bvalid) and not ctx.get(dut.start)
+        assert not ctx.get(bus.bvalid) and not ctx.get(dut.start.valid)
         ctx.set(bus.bready, 0)
         ctx.set(bus.araddr, SEQ_LEN)
         ctx.set(bus.arvalid, 1)
@@ -320,7 +321,7 @@ def test_writes_right_after_start_are_guarded():
     async def engine(ctx, dut):
         # busy as the core drives it: a register, two cycles after start, for 40 cycles.
         left = 0
-        async for _, _, start in ctx.tick().sample(dut.start):
+        async for _, _, start in ctx.tick().sample(dut.start.valid):
             if start:
                 left = 41
             ctx.set(dut.busy, 0 < left <= 40)
@@ -459,13 +460,13 @@ def test_bad_shift(timing):
         # A shift write during the run is dropped (WRITE_WHILE_BUSY); START while the
         # input buffer is taken is refused.
         ctx.set(dut.busy, 1)
-        ctx.set(dut.start_ready, 0)
+        ctx.set(dut.start.ready, 0)
         assert await m.write(ctx, SHIFTS[0], 0) == OKAY
         assert await m.read(ctx, SHIFTS[0]) == (1, OKAY)
         assert await m.read(ctx, CAUSE) == (WRITE_WHILE_BUSY, OKAY)
         assert await m.write(ctx, CAUSE, WRITE_WHILE_BUSY) == OKAY
         await expect_start_fails(ctx, dut, m, 0, START_WHILE_BUSY)
-        ctx.set(dut.start_ready, 1)     # still busy, but the next sequence may start
+        ctx.set(dut.start.ready, 1)     # still busy, but the next sequence may start
         assert await m.write(ctx, CTRL, START) == OKAY
         assert await m.read(ctx, CAUSE) == (0, OKAY)
         ctx.set(dut.busy, 0)
@@ -529,7 +530,7 @@ def test_every_error_cause(timing):
         assert await m.write(ctx, COMMIT, 1) == OKAY
         assert await m.write(ctx, CTRL, 0) == OKAY
         ctx.set(dut.busy, 1)
-        ctx.set(dut.start_ready, 0)
+        ctx.set(dut.start.ready, 0)
         await expect_start_fails(ctx, dut, m, 0, START_WHILE_BUSY)
         for addr in (0x040, 0x06C, 0x10000, 0x10000 + 4 * 319):
             assert await m.write(ctx, addr, 1) == OKAY
@@ -545,7 +546,7 @@ def test_every_error_cause(timing):
         assert await m.read(ctx, CAUSE) == (0, OKAY)
         assert ctx.get(dut.seq_len) == 5 and ctx.get(dut.causal) == 1
         ctx.set(dut.busy, 0)
-        ctx.set(dut.start_ready, 1)
+        ctx.set(dut.start.ready, 1)
         assert await m.write(ctx, CTRL, CAUSAL) == OKAY
         assert await m.read(ctx, CTRL) == (CAUSAL, OKAY)
 
@@ -705,7 +706,7 @@ def test_random_against_spec(cfg, timing):
                 model.stall_cycles = model.cycles ^ model.busy_cycles
                 model.start_ready = int(not model.busy or model.cycles & 1)
                 ctx.set(dut.busy, model.busy)
-                ctx.set(dut.start_ready, model.start_ready)
+                ctx.set(dut.start.ready, model.start_ready)
                 ctx.set(dut.cycles, model.cycles)
                 ctx.set(dut.busy_cycles, model.busy_cycles)
                 ctx.set(dut.stall_cycles, model.stall_cycles)

@@ -7,6 +7,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from golden.config import AttentionConfig
+from hw.bus.settings import StartSignature, WindowWriteSignature
 from hw.bus.regmap import (ERROR_CAUSES, RESP_OKAY, RESP_SLVERR, Access, Guard, RegisterMap,
                        build_regmap)
 
@@ -85,8 +86,10 @@ class AxiLiteRegs(wiring.Component):
     s_axi : ``In(AxiLiteSignature(regmap.addr_width))``
         The bus. AW and W are accepted independently (each into its own holding register);
         one write and one read are in flight at most.
-    start : ``Out(1)``
-        One-cycle strobe: a checked START. Never raised while ``start_ready`` is low.
+    start : ``Out(StartSignature(cfg))``
+        A checked START: ``valid`` for one cycle, never while ``ready`` is low, with the run
+        settings (:func:`hw.bus.settings.run_settings_layout`: the register fields below) as
+        payload. ``ready`` (the engine's input buffer is free) is STATUS.START_READY.
     causal, cross, seq_len, kv_len, key_len, rq_<q|k|v|pv|o>_<mult|shift>, exp_mult, exp_shift
         ``Out(field width)``: register fields (unsigned). ``seq_len``/``kv_len``/``key_len``
         are the 16-bit fields, within the configuration's limits whenever ``start`` is
@@ -97,8 +100,6 @@ class AxiLiteRegs(wiring.Component):
         The engine holds a sequence (loading, computing or streaming). It must rise no
         later than two cycles after ``start``; weight and parameter writes are refused while
         it, ``start`` or ``start`` of the cycle before is high.
-    start_ready : ``In(1)``
-        The engine would accept ``start`` (its input buffer is free); STATUS.START_READY.
     done_set, error_set : ``In(1)``
         Strobes: set STATUS.DONE; OR ``error_cause`` into ERROR_CAUSE (which sets ERROR).
         A strobe wins over a software clear in the same cycle.
@@ -108,16 +109,15 @@ class AxiLiteRegs(wiring.Component):
         Counters of the last finished sequence: CYCLES, BUSY_CYCLES, STALL_CYCLES.
     irq : ``Out(1)``
         ``CTRL.IRQ_EN & (STATUS.DONE | STATUS.ERROR)``, level.
-    wwin_en, wwin_addr, wwin_data, wwin_strb
-        ``Out(1)``, ``Out(regmap.window_addr_bits)``, ``Out(32)``, ``Out(4)``: the
-        weight-window write port, a one-cycle write of ``wwin_data`` (bytes enabled by
-        ``wwin_strb``) to word ``wwin_addr`` of the window (regions in ``regmap.regions``).
-        Address, data and strobes are valid only in a cycle with ``wwin_en``.
+    window : ``Out(WindowWriteSignature(regmap.window_addr_bits))``
+        The weight-window write port: a one-cycle write of ``data`` (bytes enabled by
+        ``strb``) to word ``addr`` of the window (regions in ``regmap.regions``). Address,
+        data and strobes are valid only in a cycle with ``en``.
 
     Latency and throughput (cycle n: the cycle whose clock edge completes a handshake; for
     writes the later of the AW and W handshakes)
         - Write: the write executes in cycle n + 1; its effects (register outputs, ``start``,
-          ``wwin_*``, error bits) and ``bvalid`` appear in cycle n + 2. ``awready``/``wready``
+          ``window``, error bits) and ``bvalid`` appear in cycle n + 2. ``awready``/``wready``
           stay low while a write is held.
         - Read: ``rvalid`` and ``rdata`` in cycle n + 2, showing the state of cycle n + 1.
         - ``done_set``/``error_set`` in cycle n: STATUS, ERROR_CAUSE and ``irq`` in cycle n + 1.
@@ -135,18 +135,17 @@ class AxiLiteRegs(wiring.Component):
             raise TypeError(f"AxiLiteRegs needs an AttentionConfig, not {cfg!r}")
         self._cfg = cfg
         self._regmap = rmap = build_regmap(cfg)
-        ports = {"s_axi": In(AxiLiteSignature(rmap.addr_width)), "start": Out(1)}
+        ports = {"s_axi": In(AxiLiteSignature(rmap.addr_width)), "start": Out(StartSignature(cfg))}
         for reg, f in rmap.fields_with_port():
             if f.access is Access.RW:
                 ports[f.port] = Out(f.width, init=f.reset)
         ports.update({
             "weights_valid": Out(1),
-            "busy": In(1), "start_ready": In(1), "done_set": In(1), "error_set": In(1),
+            "busy": In(1), "done_set": In(1), "error_set": In(1),
             "error_cause": In(len(ERROR_CAUSES)),
             "cycles": In(32), "busy_cycles": In(32), "stall_cycles": In(32),
             "irq": Out(1),
-            "wwin_en": Out(1), "wwin_addr": Out(rmap.window_addr_bits), "wwin_data": Out(32),
-            "wwin_strb": Out(4),
+            "window": Out(WindowWriteSignature(rmap.window_addr_bits)),
         })
         super().__init__(ports)
 
@@ -175,9 +174,9 @@ class AxiLiteRegs(wiring.Component):
         # start and its delayed copy cover the two cycles before, so every write after a
         # START is guarded.
         start_d = Signal()
-        m.d.sync += start_d.eq(self.start)
+        m.d.sync += start_d.eq(self.start.valid)
         running = Signal()
-        m.d.comb += running.eq(self.busy | self.start | start_d)
+        m.d.comb += running.eq(self.busy | self.start.valid | start_d)
 
         # Every readable field's source; RW fields with a port are that output port.
         source = {}
@@ -194,7 +193,7 @@ class AxiLiteRegs(wiring.Component):
         source["STATUS", "DONE"] = done
         source["STATUS", "ERROR"] = error
         source["STATUS", "WEIGHTS_VALID"] = self.weights_valid
-        source["STATUS", "START_READY"] = self.start_ready
+        source["STATUS", "START_READY"] = self.start.ready
         for name, bit in _CAUSE.items():
             source["ERROR_CAUSE", name] = causes[bit]
         source["CYCLES", "COUNT"] = self.cycles
@@ -294,9 +293,9 @@ class AxiLiteRegs(wiring.Component):
         # only read with ``wwin_en``, and the held write stays put until the cycle after it
         # executes. This keeps the write decode (``write``, the window hit, ``running``) off
         # the enables of those flip-flops, which sit by the weight buffers, far from this block.
-        m.d.sync += [self.wwin_addr.eq(win_word), self.wwin_data.eq(w_data),
-                     self.wwin_strb.eq(w_strb)]
-        m.d.sync += self.wwin_en.eq(write & in_window & ~running)
+        m.d.sync += [self.window.addr.eq(win_word), self.window.data.eq(w_data),
+                     self.window.strb.eq(w_strb)]
+        m.d.sync += self.window.en.eq(write & in_window & ~running)
 
         def ones_written(f):
             """Field ``f`` of the strobed write data: the bits a W1C write clears."""
@@ -340,14 +339,16 @@ class AxiLiteRegs(wiring.Component):
                 (getattr(self, f.port) == 0) | (getattr(self, f.port) > 62)
                 for _, f in rmap.fields_with_port() if f.port.endswith("_shift")]).any())),
         ]
-        m.d.sync += self.start.eq(0)
+        m.d.comb += [self.start.payload[port].eq(getattr(self, port))
+                     for port in rmap.run_settings()]
+        m.d.sync += self.start.valid.eq(0)
         with m.If(start_req):
-            with m.If(~self.start_ready):
+            with m.If(~self.start.ready):
                 m.d.comb += set_causes[_CAUSE["START_WHILE_BUSY"]].eq(1)
             with m.Elif(check.any()):
                 m.d.comb += set_causes.eq(check)
             with m.Else():
-                m.d.sync += self.start.eq(1)
+                m.d.sync += self.start.valid.eq(1)
 
         # STATUS W1C bits; clearing ERROR clears every cause.
         status = rmap["STATUS"]

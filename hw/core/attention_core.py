@@ -63,67 +63,19 @@ from golden.config import AttentionConfig
 
 from hw.blocks.matmul import MatmulEngine
 from hw.blocks.register_slice import RegisterSlice
-from hw.bus.regmap import ERROR_CAUSES as REGMAP_CAUSES
 from hw.blocks.softmax import SoftmaxUnit
+from hw.bus.regmap import ERROR_CAUSES as REGMAP_CAUSES
+from hw.bus.settings import StartSignature, WindowWriteSignature
+from hw.core.arith import addr_bits as _aw, cdiv as _cdiv, divmod_const, mixed_radix, or_all as _or_all
+from hw.core.buffers import CoreBuffers
+from hw.core.geometry import CoreGeometry
+from hw.core.layouts import WordStream, sequence_layout
+from hw.core.loader import InputLoader
+from hw.core.weight_window import WeightWindowWriter
 
 __all__ = ["AttentionCore", "WordStream", "ERROR_CAUSES"]
 
 
-def _cdiv(a, b):
-    return -(-a // b)
-
-
-def _aw(depth):
-    return max(1, (depth - 1).bit_length())
-
-
-# Values up to this many bits are divided by a constant through a table (a LUT multiplexer);
-# wider ones fall back to Yosys's divider.
-_DIVMOD_TABLE_BITS = 10
-
-
-def divmod_const(value, divisor: int):
-    """``(value // divisor, value % divisor)`` of an unsigned value by a constant, without a
-    divider circuit: bit slices for a power of two, else a constant table for values of up to
-    ``_DIVMOD_TABLE_BITS`` bits. Yosys builds ``//`` by any other constant as a restoring
-    divider, a chain of subtractors as long as the value is wide, which limited the clock of
-    the whole top."""
-    value = Value.cast(value)
-    if divisor < 1:
-        raise ValueError(f"divisor {divisor} must be >= 1")
-    if divisor & (divisor - 1) == 0:
-        s = divisor.bit_length() - 1
-        return value[s:] if s < len(value) else C(0, 1), value[:s] if s else C(0, 1)
-    if len(value) > _DIVMOD_TABLE_BITS:
-        return value // divisor, value % divisor
-    n = 1 << len(value)
-    q = Array(C(v // divisor, range((n - 1) // divisor + 1)) for v in range(n))
-    r = Array(C(v % divisor, range(divisor)) for v in range(n))
-    return q[value], r[value]
-
-
-def mixed_radix(*digits):
-    """``((d0 * r1 + d1) * r2 + d2) ...`` for ``digits = [d0, (d1, r1), (d2, r2), ...]``,
-    where every ``d_i < r_i`` (the callers' buffer layouts guarantee it). With every radix a
-    power of two this is a concatenation of bit fields: no adder, no carry chain (the fetch
-    and result-writer addresses were adder chains of 7-9 cells on the routed top's failing
-    list); otherwise it is the arithmetic itself."""
-    head, rest = Value.cast(digits[0]), digits[1:]
-    if all(r & (r - 1) == 0 for _, r in rest):
-        fields = []
-        for d, r in reversed(rest):
-            bits = r.bit_length() - 1
-            d = Value.cast(d).as_unsigned()
-            if bits:
-                fields.append(Cat(d, C(0, max(0, bits - len(d))))[:bits])
-        return Cat(*fields, head)
-    value = head
-    for d, r in rest:
-        value = value * r + d
-    return value
-
-
-WordStream = stream.Signature(data.StructLayout({"data": 32, "last": 1}))
 
 # Bit positions of ERROR_CAUSE that the core itself raises (the rest come from the registers).
 ERROR_CAUSES = {name: bit for bit, (name, _) in enumerate(REGMAP_CAUSES)
@@ -137,25 +89,8 @@ D_Q, D_K, D_V, D_S, D_ATTN, D_OUT = range(6)
 RQ_NONE, RQ_Q, RQ_K, RQ_V, RQ_PV, RQ_O = range(6)
 
 
-def check_core_config(cfg: AttentionConfig) -> None:
-    if cfg.act_bits != 8 or cfg.weight_bits != 8:
-        raise ValueError(
-            f"attention_top supports act_bits = weight_bits = 8 (32-bit bus words carry 4 "
-            f"elements), not act_bits = {cfg.act_bits}, weight_bits = {cfg.weight_bits}")
-    if cfg.prob_bits > 8:
-        raise ValueError(f"attention_top supports prob_bits <= 8, not {cfg.prob_bits}")
-
-
-def _or_all(values):
-    out = values[0]
-    for v in values[1:]:
-        out = out | v
-    return out
-
-
 class AttentionCore(wiring.Component):
     def __init__(self, cfg: AttentionConfig):
-        check_core_config(cfg)
         self.cfg = cfg
         self.R, self.C, self.E = cfg.array_rows, cfg.array_cols, cfg.engines
         self.G = _cdiv(cfg.heads, cfg.engines)
@@ -165,37 +100,15 @@ class AttentionCore(wiring.Component):
         self.L = cfg.softmax_lanes
         self.KB = _cdiv(cfg.max_kv_len, cfg.softmax_lanes)
         self.D4 = cfg.d_model // 4
-        lb = cfg.seq_len_bits
-        mb, eb = cfg.requant_mult_bits, cfg.exp_mult_bits
-        ports = {
+        self.geom = CoreGeometry(cfg)
+        super().__init__({
             "x_in": In(WordStream),
             "y_out": Out(WordStream),
-            "start": In(1), "causal": In(1), "cross": In(1),
-            "seq_len": In(lb), "kv_len": In(lb), "key_len": In(lb),
-            "exp_mult": In(eb), "exp_shift": In(6),
-            "wwin_en": In(1), "wwin_addr": In(self.window_addr_bits),
-            "wwin_data": In(32), "wwin_strb": In(4),
-            "start_ready": Out(1),
+            "start": In(StartSignature(cfg)),
+            "window": In(WindowWriteSignature(self.geom.window_addr_bits)),
             "busy": Out(1), "done": Out(1), "error": Out(1), "error_cause": Out(16),
             "cycles": Out(32), "busy_cycles": Out(32), "stall_cycles": Out(32),
-        }
-        for n in ("q", "k", "v", "pv", "o"):
-            ports[f"rq_{n}_mult"] = In(mb)
-            ports[f"rq_{n}_shift"] = In(6)
-        super().__init__(ports)
-
-    # Weight window word layout: 4 matrices of d*d/4 words, then 4 bias vectors of d words.
-    @property
-    def matrix_words(self):
-        return self.d * self.d // 4
-
-    @property
-    def window_words(self):
-        return 4 * self.matrix_words + 4 * self.d
-
-    @property
-    def window_addr_bits(self):
-        return _aw(self.window_words)
+        })
 
     def elaborate(self, platform):
         m = Module()
@@ -220,139 +133,42 @@ class AttentionCore(wiring.Component):
             engines.append(eng)
             softmaxes.append(sm)
 
-        # ------------------------------------------------------------ run settings
+        # ------------------------------------------------------------ buffers
+        m.submodules.buffers = buf = CoreBuffers(self.geom)
+        x_aw, kv_aw, o_aw = self.geom.x_aw, self.geom.kv_aw, self.geom.o_aw
+
+        # ------------------------------------------------------------ weight window
+        m.submodules.weight_window = ww = WeightWindowWriter(
+            self.geom, buf.w_write[0].signature, buf.b_write[0].signature)
+        wiring.connect(m, wiring.flipped(self.window), ww.window)
+        for e in range(E):
+            wiring.connect(m, ww.w_write[e], buf.w_write[e])
+            wiring.connect(m, ww.b_write[e], buf.b_write[e])
+
+        # ------------------------------------------------------------ input loader
         # Three stages work on up to three sequences at once: the loader (input stream into
         # an X/KV buffer), the compute sequencer (arrays and softmax) and the streamer (an
         # output buffer onto y_out). Each holds its sequence's settings; they pass along
         # with the sequence. ``now`` timestamps START for the CYCLES count.
-        def settings(prefix):
-            s = {"seq": Signal(lb, name=f"{prefix}seq"),
-                 "kvrows": Signal(lb, name=f"{prefix}kvrows"),
-                 "keylen": Signal(lb, name=f"{prefix}keylen"),
-                 "causal": Signal(name=f"{prefix}causal"),
-                 "cross": Signal(name=f"{prefix}cross"),
-                 "exp_mult": Signal(cfg.exp_mult_bits, name=f"{prefix}exp_mult"),
-                 "exp_shift": Signal(6, name=f"{prefix}exp_shift"),
-                 "t0": Signal(32, name=f"{prefix}t0"),
-                 "bank": Signal(name=f"{prefix}bank")}
-            for n in ("q", "k", "v", "pv", "o"):
-                s[f"rq_{n}_mult"] = Signal(cfg.requant_mult_bits, name=f"{prefix}rq_{n}_m")
-                s[f"rq_{n}_shift"] = Signal(6, name=f"{prefix}rq_{n}_s")
-            return s
-
         now = Signal(32)
         m.d.sync += now.eq(now + 1)
-        ld_set = settings("ld_")           # the sequence being loaded, or loaded and waiting
-        run = settings("run_")             # the sequence being computed
-        seq, kvrows, keylen = run["seq"], run["kvrows"], run["keylen"]
-        causal, cross = run["causal"], run["cross"]
-        exp_mult, exp_shift = run["exp_mult"], run["exp_shift"]
-        x_bank = run["bank"]               # X/KV buffer the computation reads
+        m.submodules.loader = loader = InputLoader(
+            self.geom, buf.x_write[0].signature,
+            buf.kv_write[0].signature if cfg.cross_attention else None)
+        wiring.connect(m, wiring.flipped(self.start), loader.start)
+        wiring.connect(m, wiring.flipped(self.x_in), loader.x_in)
+        for r in range(R):
+            wiring.connect(m, loader.x_write[r], buf.x_write[r])
+            if cfg.cross_attention:
+                wiring.connect(m, loader.kv_write[r], buf.kv_write[r])
+        m.d.comb += loader.now.eq(now)
+
+        run = Signal(sequence_layout(self.geom))   # the sequence being computed
+        seq, kvrows, keylen = run.seq, run.kvrows, run.keylen
+        causal, cross = run.causal, run.cross
+        exp_mult, exp_shift = run.exp_mult, run.exp_shift
+        x_bank = run.bank                  # X/KV buffer the computation reads
         rq = {n: (run[f"rq_{n}_mult"], run[f"rq_{n}_shift"]) for n in ("q", "k", "v", "pv", "o")}
-
-        # ------------------------------------------------------------ memories
-        def mem(name, width, depth):
-            # no_rw_check: no buffer is read in the cycle its address is written (the input
-            # and output buffers are double, a job reads only what earlier jobs or completed
-            # rows wrote, weight writes are refused while busy), so synthesis need not
-            # emulate read-first collisions (hw/flow/synth.py, declare_no_rw_collisions).
-            mm = Memory(shape=unsigned(width), depth=depth, init=[],
-                        attrs={"no_rw_check": 1})
-            m.submodules[name] = mm
-            return mm
-
-        def banked(name, width, depth):
-            """Two buffers of ``depth`` words in one memory: address ``Cat(addr, bank)``."""
-            return mem(name, width, (1 << _aw(depth)) + depth), _aw(depth)
-
-        # Input and output buffers are double: the next sequence loads, and the previous one
-        # streams out, while the arrays compute.
-        x_mem, x_aw = zip(*[banked(f"x_mem{r}", 32, _cdiv(SEQ, R) * D4) for r in range(R)])
-        x_aw = x_aw[0]
-        if cfg.cross_attention:
-            kv_mem, kv_aw = zip(*[banked(f"kv_mem{r}", 32, _cdiv(KV, R) * D4)
-                                  for r in range(R)])
-            kv_aw = kv_aw[0]
-        else:
-            kv_mem, kv_aw = x_mem, x_aw
-        w_mem = [mem(f"w_mem{e}", 32 * C, 4 * G * TN * D4) for e in range(E)]
-        b_mem = [mem(f"b_mem{e}", cfg.bias_bits * C, 4 * G * TN) for e in range(E)]
-        q_mem = [[mem(f"q_mem{e}_{r}", 8 * C, _cdiv(SEQ, R) * G * TN) for r in range(R)]
-                 for e in range(E)]
-        k_mem = [[mem(f"k_mem{e}_{c}", 8 * C, _cdiv(KV, C) * G * TN) for c in range(C)]
-                 for e in range(E)]
-        v_mem = [mem(f"v_mem{e}", 8 * C, KV * G * TN) for e in range(E)]
-        s_mem = [mem(f"s_mem{e}", SB * C, SEQ * TNk) for e in range(E)]
-        p_mem = [[mem(f"p_mem{e}_{r}", PB * L, _cdiv(SEQ, R) * KB) for r in range(R)]
-                 for e in range(E)]
-        a_mem = [[mem(f"a_mem{e}_{r}", 8 * C, _cdiv(SEQ, R) * G * TN) for r in range(R)]
-                 for e in range(E)]
-        o_mem, o_aw = zip(*[banked(f"o_mem{e}", 8 * C, SEQ * G * TN) for e in range(E)])
-        o_aw = o_aw[0]
-
-        # ------------------------------------------------------------ weight window writes
-        # Word a of matrix w is elements 4a..4a+3 of row n = 4a // d (torch (out, in) layout),
-        # columns kk = 4a % d .. +3. Row n belongs to head h = n // dk, engine h % E.
-        # Two register stages: the decode below (one copy), then per engine a copy of the
-        # write by that engine's buffers, loaded only for writes to that engine (so synthesis
-        # cannot merge the copies). The window registers sit in the register block, often
-        # far from an engine's buffers; the route no longer shares a cycle with the decode.
-        ww_addr = self.wwin_addr
-        wsel, mw = divmod_const(ww_addr, self.matrix_words)
-        n, kw = divmod_const(mw, D4)
-        h, ch = divmod_const(n, dk)
-        tn, c = divmod_const(ch, C)
-        hg, he = divmod_const(h, E)
-        ba = ww_addr - 4 * self.matrix_words
-        bsel, bn = divmod_const(ba, d)
-        bh, bch = divmod_const(bn, dk)
-        bhg, bhe = divmod_const(bh, E)
-        btn, bc = divmod_const(bch, C)
-        wd_w_addr = Signal(range(4 * G * TN * D4), reset_less=True)
-        wd_b_addr = Signal(range(4 * G * TN), reset_less=True)
-        # (at least one bit each, so that no zero-width signal reaches the Verilog)
-        wd_w_lane = Signal(range(max(C, 2)), reset_less=True)
-        wd_b_lane = Signal.like(wd_w_lane)
-        wd_w_engine = Signal(range(max(E, 2)), reset_less=True)
-        wd_b_engine = Signal.like(wd_w_engine)
-        wd_data, wd_strb = Signal(32, reset_less=True), Signal(4, reset_less=True)
-        wd_w_en, wd_b_en = Signal(), Signal()    # a weight / a (whole-word) bias write
-        w_is_bias = ww_addr >= 4 * self.matrix_words
-        m.d.sync += [
-            wd_w_addr.eq((((wsel * G + hg) * TN + tn) * D4) + kw), wd_w_lane.eq(c),
-            wd_w_engine.eq(he),
-            wd_b_addr.eq((bsel * G + bhg) * TN + btn), wd_b_lane.eq(bc), wd_b_engine.eq(bhe),
-            wd_data.eq(self.wwin_data), wd_strb.eq(self.wwin_strb),
-            wd_w_en.eq(self.wwin_en & ~w_is_bias),
-            wd_b_en.eq(self.wwin_en & w_is_bias & (self.wwin_strb == 0xF)),
-        ]
-        for e in range(E):
-            wp = w_mem[e].write_port(granularity=8)
-            bp = b_mem[e].write_port(granularity=cfg.bias_bits)
-            ew_addr = Signal.like(wd_w_addr, name=f"ww{e}_addr")
-            ew_data = Signal.like(wd_data, name=f"ww{e}_data")
-            ew_en = Signal(4 * C, name=f"ww{e}_en")         # byte enables, lane c holds 4
-            eb_addr = Signal.like(wd_b_addr, name=f"wb{e}_addr")
-            eb_data = Signal(cfg.bias_bits, name=f"wb{e}_data", reset_less=True)
-            eb_en = Signal(C, name=f"wb{e}_en")
-            w_here = wd_w_en & (wd_w_engine == e)
-            b_here = wd_b_en & (wd_b_engine == e)
-            with m.If(w_here):
-                m.d.sync += [ew_addr.eq(wd_w_addr), ew_data.eq(wd_data)]
-            with m.If(b_here):
-                m.d.sync += [eb_addr.eq(wd_b_addr), eb_data.eq(wd_data[:cfg.bias_bits])]
-            # Word layout: lane c holds 4 bytes (kk%4 = 0..3) of column c.
-            m.d.sync += [
-                ew_en.eq(Cat(*[Mux(w_here & (wd_w_lane == lane), wd_strb, 0)
-                               for lane in range(C)])),
-                eb_en.eq(Cat(*[b_here & (wd_b_lane == lane) for lane in range(C)])),
-            ]
-            m.d.comb += [
-                wp.addr.eq(ew_addr), wp.data.eq(Cat(*[ew_data for _ in range(C)])),
-                wp.en.eq(ew_en),
-                bp.addr.eq(eb_addr), bp.data.eq(Cat(*[eb_data for _ in range(C)])),
-                bp.en.eq(eb_en),
-            ]
 
         # ------------------------------------------------------------ job registers
         o_bank = Signal()          # output buffer the computation writes
@@ -595,9 +411,9 @@ class AttentionCore(wiring.Component):
             return reg
 
         # Read ports.
-        x_rp = [mm.read_port() for mm in x_mem]
-        kv_rp = [mm.read_port() for mm in kv_mem] if cfg.cross_attention else None
-        attn_rp = [[mm.read_port() for mm in a_mem[e]] for e in range(E)]
+        x_rp = list(buf.x_read)
+        kv_rp = list(buf.kv_read) if cfg.cross_attention else None
+        attn_rp = [list(buf.a_read[e]) for e in range(E)]
         for r in range(R):
             m.d.comb += [x_rp[r].addr.eq(Cat(s0_a_addr[:x_aw], x_bank)),
                          x_rp[r].en.eq(advance)]
@@ -627,11 +443,11 @@ class AttentionCore(wiring.Component):
                     for r in range(R)] for ee in range(E)]
         opq_ptrs = []
         for e, eng in enumerate(engines):
-            q_rp = [mm.read_port() for mm in q_mem[e]]
-            p_rp = [mm.read_port() for mm in p_mem[e]]
-            w_rp = w_mem[e].read_port()
-            k_rp = [mm.read_port() for mm in k_mem[e]]
-            v_rp = v_mem[e].read_port()
+            q_rp = list(buf.q_read[e])
+            p_rp = list(buf.p_read[e])
+            w_rp = buf.w_read[e]
+            k_rp = list(buf.k_read[e])
+            v_rp = buf.v_read[e]
             for rp in q_rp + p_rp:
                 m.d.comb += [rp.addr.eq(s0_a_addr), rp.en.eq(advance)]
             for rp in [w_rp, v_rp] + k_rp:
@@ -726,7 +542,7 @@ class AttentionCore(wiring.Component):
             taken = Signal(name=f"bf{e}_taken")              # the beat was taken last cycle
             m.d.sync += taken.eq(eng.bias.valid & eng.bias.ready)
             b_adv = ~bs1_valid | taken
-            b_rp = b_mem[e].read_port()
+            b_rp = buf.b_read[e]
             m.d.comb += [b_rp.addr.eq(bf_addr), b_rp.en.eq(b_adv),
                          eng.bias.valid.eq(bs1_valid & ~taken)]
             for c in range(C):
@@ -773,12 +589,12 @@ class AttentionCore(wiring.Component):
             bytes_ = Cat(*[rs.data[c][:8] for c in range(C)])
             scores = Cat(*[rs.data[c][:SB] for c in range(C)])
             we = rs_valid & head_ok
-            qw = [mm.write_port() for mm in q_mem[e]]
-            kw = [mm.write_port() for mm in k_mem[e]]
-            vw = v_mem[e].write_port()
-            sw = s_mem[e].write_port()
-            aw = [mm.write_port() for mm in a_mem[e]]
-            ow = o_mem[e].write_port()
+            qw = list(buf.q_write[e])
+            kw = list(buf.k_write[e])
+            vw = buf.v_write[e]
+            sw = buf.s_write[e]
+            aw = list(buf.a_write[e])
+            ow = buf.o_write[e]
             # The writes happen a cycle after rs, from registers (addresses, enables, data):
             # the address arithmetic gets a cycle of its own instead of sharing one with the
             # block RAMs' address setup. The counters that let readers in (res_done,
@@ -855,7 +671,7 @@ class AttentionCore(wiring.Component):
             sf_word, sf_lane_group = divmod_const(f["b"], C // L)
             f["addr"] = sig("addr", range(SEQ * TNk + TNk + 1))
             f["base"] = Signal.like(f["addr"], name=f"sf{e}_base")
-            s_rp = s_mem[e].read_port()
+            s_rp = buf.s_read[e]
             m.d.comb += [
                 s_rp.addr.eq(f["addr"]), s_rp.en.eq(s_adv),
                 sm.scores.valid.eq(f["ss2_valid"]),
@@ -914,7 +730,7 @@ class AttentionCore(wiring.Component):
             pw_addr = Signal(range(_cdiv(SEQ, R) * KB + 1), name=f"pw_addr{e}")
             pw_base = Signal.like(pw_addr, name=f"pw_base{e}")    # KB * (row // R)
             pw_counters += [pw_rr, pw_addr, pw_base]
-            pw = [mm.write_port() for mm in p_mem[e]]
+            pw = list(buf.p_write[e])
             for r in range(R):
                 m.d.comb += [pw[r].addr.eq(pw_addr),
                              pw[r].data.eq(Cat(*[pr.payload.data[lane] for lane in range(L)])),
@@ -952,124 +768,6 @@ class AttentionCore(wiring.Component):
             for n, n1, inc, (all0, all1) in zip(prob_rows, prob_rows1, prob_incs, prob_all)
         ]).all())
 
-        # ------------------------------------------------------------ input loader
-        # IDLE/DRAIN accept START; LOAD writes the stream into buffer ld_set["bank"]; WAIT
-        # holds the loaded sequence until the compute sequencer takes it (``take``).
-        ld_i = Signal(range(max(SEQ, KV) + 1))
-        ld_w = Signal(range(D4 + 1))
-        ld_rows = Signal(lb)
-        ld_kv = Signal()
-        ld_bank = Signal()          # buffer the next load fills (alternates)
-        take = Signal()
-        ld_error = Signal()
-        ld_cause = Signal(16)
-        x_wp = [mm.write_port() for mm in x_mem]
-        kv_wp = [mm.write_port() for mm in kv_mem] if cfg.cross_attention else None
-        ld_beat = self.x_in.valid & self.x_in.ready
-        # The word's position is kept in registers (last word of the row, last row, row
-        # within its tile, buffer address (row // R) * D4 + word, the tile's base address),
-        # so the per-word decisions and the write address need no adder or multiply.
-        ld_w_last = Signal()
-        ld_i_last = Signal()
-        ld_r = Signal(range(R))
-        ld_addr = Signal(max(x_aw, kv_aw, 1))
-        ld_base = Signal.like(ld_addr)
-        ld_final = ld_w_last & ld_i_last
-        # Buffer writes happen the cycle after the beat, from registers: one enable register
-        # per buffer, the address and the word. The buffers are spread over the die and
-        # their enables were the one-engine top's critical path (all route). A loaded
-        # sequence is read at the earliest 3 cycles after its last beat (take, job_go, fetch
-        # address), so the late write is never missed. Writes only in LOAD, where
-        # x_in.ready is 1: in DRAIN, ready depends on ``start``.
-        ld_write = Signal()
-        ld_we_x = Signal(R)
-        ld_we_kv = Signal(R)
-        ld_wa = Signal(max(x_aw, kv_aw, 1) + 1)
-        ld_wd = Signal(32)
-        m.d.sync += [ld_we_x.eq(Cat(*[ld_write & ~ld_kv & (ld_r == r) for r in range(R)])),
-                     ld_we_kv.eq(Cat(*[ld_write & ld_kv & (ld_r == r) for r in range(R)])),
-                     ld_wd.eq(self.x_in.payload.data)]
-        with m.If(ld_kv):
-            m.d.sync += ld_wa.eq(Cat(ld_addr[:kv_aw], ld_set["bank"]))
-        with m.Else():
-            m.d.sync += ld_wa.eq(Cat(ld_addr[:x_aw], ld_set["bank"]))
-        for r in range(R):
-            m.d.comb += [x_wp[r].addr.eq(ld_wa), x_wp[r].data.eq(ld_wd),
-                         x_wp[r].en.eq(ld_we_x[r])]
-            if kv_wp:
-                m.d.comb += [kv_wp[r].addr.eq(ld_wa), kv_wp[r].data.eq(ld_wd),
-                             kv_wp[r].en.eq(ld_we_kv[r])]
-
-        def accept_start():
-            """Sample the run settings of a new sequence and start loading it."""
-            with m.If(self.start):
-                m.d.sync += [
-                    ld_set["seq"].eq(self.seq_len),
-                    ld_set["kvrows"].eq(Mux(self.cross, self.kv_len, self.seq_len)),
-                    ld_set["keylen"].eq(Mux(self.key_len == 0,
-                                            Mux(self.cross, self.kv_len, self.seq_len),
-                                            self.key_len)),
-                    ld_set["causal"].eq(self.causal), ld_set["cross"].eq(self.cross),
-                    ld_set["exp_mult"].eq(self.exp_mult), ld_set["exp_shift"].eq(self.exp_shift),
-                    ld_set["t0"].eq(now), ld_set["bank"].eq(ld_bank),
-                    ld_i.eq(0), ld_w.eq(0), ld_rows.eq(self.seq_len), ld_kv.eq(0),
-                    ld_w_last.eq(D4 == 1), ld_i_last.eq(self.seq_len == 1),
-                    ld_r.eq(0), ld_addr.eq(0), ld_base.eq(0),
-                ]
-                for n in ("q", "k", "v", "pv", "o"):
-                    for f in ("mult", "shift"):
-                        m.d.sync += ld_set[f"rq_{n}_{f}"].eq(getattr(self, f"rq_{n}_{f}"))
-                m.next = "LOAD"
-
-        def load_error(cause):
-            m.d.comb += [ld_error.eq(1), ld_cause.eq(1 << ERROR_CAUSES[cause])]
-
-        with m.FSM(name="load") as load_fsm:
-            with m.State("IDLE"):
-                m.d.comb += self.start_ready.eq(1)
-                accept_start()
-            with m.State("LOAD"):
-                m.d.comb += self.x_in.ready.eq(1)
-                with m.If(ld_beat):
-                    m.d.sync += [ld_w.eq(ld_w + 1), ld_w_last.eq(ld_w + 2 == D4),
-                                 ld_addr.eq(ld_addr + 1)]
-                    with m.If(ld_w_last):
-                        m.d.sync += [ld_w.eq(0), ld_i.eq(ld_i + 1), ld_w_last.eq(D4 == 1),
-                                     ld_i_last.eq(ld_i + 2 == ld_rows),
-                                     ld_r.eq(Mux(ld_r == R - 1, 0, ld_r + 1)),
-                                     ld_addr.eq(ld_base)]
-                        with m.If(ld_r == R - 1):
-                            m.d.sync += [ld_base.eq(ld_base + D4), ld_addr.eq(ld_base + D4)]
-                        # After a sequence's last word the position restarts (for the KV
-                        # sequence of a cross run), whatever the checks below decide: the
-                        # address then does not wait for them.
-                        with m.If(ld_i_last):
-                            m.d.sync += [ld_r.eq(0), ld_addr.eq(0), ld_base.eq(0)]
-                    with m.If(self.x_in.payload.last & ~ld_final):
-                        load_error("STREAM_SHORT")
-                        m.next = "IDLE"
-                    with m.Elif(ld_final & ~self.x_in.payload.last):
-                        load_error("STREAM_LONG")
-                        m.next = "DRAIN"
-                    with m.Elif(ld_final & ld_set["cross"] & ~ld_kv):
-                        m.d.sync += [ld_kv.eq(1), ld_i.eq(0), ld_w.eq(0),
-                                     ld_rows.eq(ld_set["kvrows"]), ld_w_last.eq(D4 == 1),
-                                     ld_i_last.eq(ld_set["kvrows"] == 1)]
-                    with m.Elif(ld_final):
-                        m.next = "WAIT"
-            with m.State("DRAIN"):
-                # A stream that ran long: discard words up to its last one. A new START ends
-                # the draining and loads from the next word.
-                m.d.comb += [self.x_in.ready.eq(~self.start), self.start_ready.eq(1)]
-                with m.If(ld_beat & self.x_in.payload.last):
-                    m.next = "IDLE"
-                accept_start()
-            with m.State("WAIT"):
-                with m.If(take):
-                    m.d.sync += ld_bank.eq(~ld_bank)
-                    m.next = "IDLE"
-        m.d.comb += ld_write.eq(self.x_in.valid & load_fsm.ongoing("LOAD"))
-
         # ------------------------------------------------------------ output streamer
         # Streams output buffer st_bank: P bytes of one row per cycle (P = 4 when 4 adjacent
         # columns always share a buffer word), so a bus word every 4 / P cycles.
@@ -1088,7 +786,7 @@ class AttentionCore(wiring.Component):
         os1_c = Signal(range(max(C // P, 2)))
         os1_k = Signal(range(max(K, 2)))
         os1_last = Signal()
-        o_rps = [o_mem[e].read_port() for e in range(E)]
+        o_rps = list(buf.o_read)
         oh, och = divmod_const(o_col, dk)
         ohe = divmod_const(oh, E)[1]               # engine of the column
         ochcl = divmod_const(och, C)[1]             # lane within the word
@@ -1250,14 +948,14 @@ class AttentionCore(wiring.Component):
 
         with m.FSM(name="seq") as seq_fsm:
             with m.State("IDLE"):
-                with m.If(load_fsm.ongoing("WAIT")):
+                m.d.comb += loader.loaded.ready.eq(1)
+                with m.If(loader.loaded.valid):
                     # Take the loaded sequence: its settings, its input buffer.
-                    m.d.comb += take.eq(1)
-                    m.d.sync += [sig.eq(ld_set[k]) for k, sig in run.items()]
+                    m.d.sync += run.eq(loader.loaded.payload)
                     m.d.sync += [g.eq(0), pj.eq(0), running.eq(1), run_busy.eq(0),
                                  run_stall.eq(0), job_go.eq(1)]
                     m.d.sync += [job_a.eq(A_X), job_b.eq(B_W), job_w.eq(0), job_bias.eq(1),
-                                 job_rq.eq(RQ_Q), job_dst.eq(D_Q), job_m.eq(ld_set["seq"]),
+                                 job_rq.eq(RQ_Q), job_dst.eq(D_Q), job_m.eq(loader.loaded.payload.seq),
                                  job_n.eq(dk), job_k.eq(d), job_lh.eq(0)]
                     m.next = "PROJ"
             with m.State("PROJ"):
@@ -1328,14 +1026,14 @@ class AttentionCore(wiring.Component):
             m.d.sync += job_go.eq(0)
 
         m.d.comb += [
-            self.error.eq(ld_error | run_error),
-            self.error_cause.eq(ld_cause
+            self.error.eq(loader.error | run_error),
+            self.error_cause.eq(loader.error_cause
                                 | Mux(run_error, 1 << ERROR_CAUSES["ENGINE_FAULT"], 0)),
         ]
         # busy is a register (a cycle after the states it sums): it reaches the register
         # block's write guards, and from done_r by the output slice the route alone took
         # most of a cycle.
-        m.d.sync += self.busy.eq(load_fsm.ongoing("LOAD") | load_fsm.ongoing("WAIT")
+        m.d.sync += self.busy.eq(loader.busy
                                  | ~seq_fsm.ongoing("IDLE") | st_active | done_r)
 
         return m

@@ -25,6 +25,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly, RisingEdge
 
 from golden import QuantizedLayer, Requant, load_config
+from hw.gen.verilog import REPO_ROOT
 from hw.bus.regmap import ERROR_CAUSES, build_regmap, pack_window, param_values
 from sim.axil import AxiLiteMaster
 from tests.axil_spec import (BAD_SHIFT, BUSY, CAUSAL, CAUSE, COMMIT, CROSS, CTRL, CYCLES,
@@ -32,7 +33,7 @@ from tests.axil_spec import (BAD_SHIFT, BUSY, CAUSAL, CAUSE, COMMIT, CROSS, CTRL
                              OKAY, PARAMS, SEQ_LEN, SLVERR, START, START_WHILE_BUSY, STATUS,
                              START_READY, STREAM_SHORT, WEIGHTS_VALID, SpecModel)
 
-CFG = load_config(os.environ.get("AXIL_CONFIG", "configs/tiny.toml"))
+CFG = load_config(os.environ.get("AXIL_CONFIG", str(REPO_ROOT / "configs" / "tiny.toml")))
 SEED = int(os.environ.get("AXIL_SEED", "1"))
 DELAY = float(os.environ.get("AXIL_DELAY", "0"))
 RMAP = build_regmap(CFG)
@@ -50,7 +51,7 @@ class AxiLiteTB:
         for name in ("busy", "done_set", "error_set", "error_cause", "cycles", "busy_cycles",
                      "stall_cycles"):
             getattr(dut, name).value = 0
-        dut.start_ready.value = 1
+        dut.start__ready.value = 1
 
     async def reset(self):
         cocotb.start_soon(Clock(self.dut.clk, 10, unit="ns").start())
@@ -67,11 +68,11 @@ class AxiLiteTB:
             await FallingEdge(dut.clk)
             await ReadOnly()
             self.cycle += 1
-            if dut.start.value:
+            if dut.start__valid.value:
                 self.starts.append(self.cycle)
-            if dut.wwin_en.value:
-                self.wwin.append((int(dut.wwin_addr.value), int(dut.wwin_data.value),
-                                  int(dut.wwin_strb.value)))
+            if dut.window__en.value:
+                self.wwin.append((int(dut.window__addr.value), int(dut.window__data.value),
+                                  int(dut.window__strb.value)))
 
     async def drive(self, **values):
         """Set engine inputs after a falling edge (stable for the next rising edge)."""
@@ -153,7 +154,7 @@ async def registers_against_spec(dut):
             # Derived, not drawn: the random sequence stays the one the checks were tuned on.
             model.stall_cycles = model.cycles ^ model.busy_cycles
             model.start_ready = int(not model.busy or model.cycles & 1)
-            await tb.drive(busy=model.busy, start_ready=model.start_ready, cycles=model.cycles,
+            await tb.drive(busy=model.busy, start__ready=model.start_ready, cycles=model.cycles,
                            busy_cycles=model.busy_cycles, stall_cycles=model.stall_cycles)
         elif k < 0.96:
             await tb.pulse("done_set")
@@ -189,15 +190,15 @@ async def engine_run(tb, run_cycles: int, busy_cycles: int, fault: bool = False)
     n = len(tb.starts)
     while len(tb.starts) == n:
         await RisingEdge(tb.dut.clk)
-    await tb.drive(busy=1, start_ready=0)
+    await tb.drive(busy=1, start__ready=0)
     await ClockCycles(tb.dut.clk, run_cycles)
     if fault:
-        await tb.drive(busy=0, start_ready=1, error_set=1, error_cause=ENGINE_FAULT,
+        await tb.drive(busy=0, start__ready=1, error_set=1, error_cause=ENGINE_FAULT,
                        cycles=run_cycles + 1,
                        busy_cycles=busy_cycles)
         await tb.drive(error_set=0, error_cause=0)
     else:
-        await tb.drive(busy=0, start_ready=1, done_set=1, cycles=run_cycles + 1,
+        await tb.drive(busy=0, start__ready=1, done_set=1, cycles=run_cycles + 1,
                        busy_cycles=busy_cycles)
         await tb.drive(done_set=0)
 

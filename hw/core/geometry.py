@@ -1,0 +1,125 @@
+"""Sizes the core's blocks share, derived from the configuration in one place."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from golden.config import AttentionConfig
+
+from hw.core.arith import addr_bits, cdiv
+
+__all__ = ["CoreGeometry"]
+
+
+@dataclass(frozen=True)
+class CoreGeometry:
+    """Array, head and buffer geometry of :class:`hw.core.attention_core.AttentionCore`.
+
+    Engine ``e`` owns heads ``h = g * E + e`` (head group ``g < G``). A head's ``head_dim``
+    columns are ``TN`` column tiles of the array's ``C`` columns; a score row of up to
+    ``max_kv_len`` keys is ``TNk`` words of ``C`` scores and ``KB`` softmax beats of ``L``
+    lanes. Activation rows are ``D4`` bus words (4 int8 elements each)."""
+
+    cfg: AttentionConfig
+
+    @property
+    def R(self) -> int:
+        return self.cfg.array_rows
+
+    @property
+    def C(self) -> int:
+        return self.cfg.array_cols
+
+    @property
+    def E(self) -> int:
+        return self.cfg.engines
+
+    @property
+    def L(self) -> int:
+        return self.cfg.softmax_lanes
+
+    @property
+    def G(self) -> int:
+        return cdiv(self.cfg.heads, self.cfg.engines)
+
+    @property
+    def dk(self) -> int:
+        return self.cfg.head_dim
+
+    @property
+    def d(self) -> int:
+        return self.cfg.d_model
+
+    @property
+    def TN(self) -> int:
+        return cdiv(self.cfg.head_dim, self.cfg.array_cols)
+
+    @property
+    def TNk(self) -> int:
+        return cdiv(self.cfg.max_kv_len, self.cfg.array_cols)
+
+    @property
+    def KB(self) -> int:
+        return cdiv(self.cfg.max_kv_len, self.cfg.softmax_lanes)
+
+    @property
+    def D4(self) -> int:
+        return self.cfg.d_model // 4
+
+    @property
+    def SEQ(self) -> int:
+        return self.cfg.max_seq_len
+
+    @property
+    def KV(self) -> int:
+        return self.cfg.max_kv_len
+
+    @property
+    def lb(self) -> int:
+        """Width of a run-time length (rows of a sequence)."""
+        return self.cfg.seq_len_bits
+
+    # Weight window word layout: 4 matrices of d*d/4 words, then 4 bias vectors of d words.
+    @property
+    def matrix_words(self) -> int:
+        return self.d * self.d // 4
+
+    @property
+    def window_words(self) -> int:
+        return 4 * self.matrix_words + 4 * self.d
+
+    @property
+    def window_addr_bits(self) -> int:
+        return addr_bits(self.window_words)
+
+    # Buffer depths (words) and the address widths of the double (banked) buffers.
+    @property
+    def x_depth(self) -> int:
+        return cdiv(self.SEQ, self.R) * self.D4
+
+    @property
+    def kv_depth(self) -> int:
+        return cdiv(self.KV, self.R) * self.D4
+
+    @property
+    def x_aw(self) -> int:
+        return addr_bits(self.x_depth)
+
+    @property
+    def kv_aw(self) -> int:
+        return addr_bits(self.kv_depth) if self.cfg.cross_attention else self.x_aw
+
+    @property
+    def o_depth(self) -> int:
+        return self.SEQ * self.G * self.TN
+
+    @property
+    def o_aw(self) -> int:
+        return addr_bits(self.o_depth)
+
+    @property
+    def out_bytes(self) -> int:
+        """Bytes of one output row the streamer reads per cycle (4 when 4 adjacent columns
+        always share a buffer word)."""
+        return math.gcd(4, math.gcd(self.C, self.dk))

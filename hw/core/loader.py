@@ -1,0 +1,190 @@
+"""Input loader: the activation stream into an input buffer, one sequence at a time."""
+
+from __future__ import annotations
+
+from amaranth import *
+from amaranth.lib import stream, wiring
+from amaranth.lib.memory import WritePort
+from amaranth.lib.wiring import In, Out
+
+from hw.bus.regmap import ERROR_CAUSES as REGMAP_CAUSES
+from hw.bus.settings import StartSignature
+from hw.core.geometry import CoreGeometry
+from hw.core.layouts import WordStream, sequence_layout
+
+__all__ = ["InputLoader", "LOADER_CAUSES"]
+
+# ERROR_CAUSE bits the loader raises.
+LOADER_CAUSES = {name: bit for bit, (name, _) in enumerate(REGMAP_CAUSES)
+                 if name in ("STREAM_SHORT", "STREAM_LONG")}
+
+
+class InputLoader(wiring.Component):
+    """Takes a START, then loads ``seq_len`` rows (and in cross mode ``kv_len`` rows of the
+    second sequence) from ``x_in`` into one of the two input buffers, and offers the loaded
+    sequence to the sequencer.
+
+    Members
+    -------
+    start : ``In(StartSignature(cfg))``
+        Run settings; taken (``ready``) in IDLE and DRAIN, one beat per sequence.
+    x_in : ``In(WordStream)``
+        Rows of ``d_model`` int8 as 32-bit words (element ``4a+k`` in byte ``k``), ``last`` on
+        the final word of each sequence; ``ready`` only while loading (and while draining a
+        stream that ran long).
+    x_write, kv_write : ``In(WritePort.Signature)`` per bank (``R``)
+        Input buffer writes; row ``i`` into bank ``i % R`` at ``(i // R) * D4 + word`` of the
+        buffer half ``bank``. ``kv_write`` only with ``cross_attention``.
+    loaded : ``Out(stream.Signature(sequence_layout(geom)))``
+        The loaded sequence's settings, valid from the cycle after its last word until taken.
+    now : ``In(32)``
+        Cycle counter; its value at START becomes ``loaded.t0``.
+    busy : ``Out(1)``
+        A sequence is being loaded or waits to be taken.
+    error, error_cause : ``Out(1)``, ``Out(16)``
+        One-cycle strobe with its ERROR_CAUSE bits: STREAM_SHORT (``last`` before the final
+        word: back to IDLE) or STREAM_LONG (no ``last`` on the final word: the rest of the
+        stream is drained up to its ``last``, or until the next START).
+
+    Latency: a word is written into its buffer the cycle after its handshake (from registers:
+    the buffers are spread over the die); a loaded sequence is read 3 cycles after its last
+    word at the earliest, so the late write is never missed. Throughput: one word per cycle.
+    """
+
+    def __init__(self, geom: CoreGeometry, x_sig: WritePort.Signature,
+                 kv_sig: WritePort.Signature | None):
+        self.geom = geom
+        ports = {
+            "start": In(StartSignature(geom.cfg)),
+            "x_in": In(WordStream),
+            "x_write": In(x_sig).array(geom.R),
+            "loaded": Out(stream.Signature(sequence_layout(geom))),
+            "now": In(32),
+            "busy": Out(1), "error": Out(1), "error_cause": Out(16),
+        }
+        if kv_sig is not None:
+            ports["kv_write"] = In(kv_sig).array(geom.R)
+        super().__init__(ports)
+
+    def elaborate(self, platform):
+        m = Module()
+        g = self.geom
+        R, D4, lb = g.R, g.D4, g.lb
+        x_aw, kv_aw = g.x_aw, g.kv_aw
+        cross_hw = g.cfg.cross_attention
+        ld_set = Signal(sequence_layout(g))
+        m.d.comb += self.loaded.payload.eq(ld_set)
+        st = self.start.payload
+        # (the register block checks the lengths against the configuration's limits, so they
+        # fit the core's ``seq_len_bits``)
+        seq_len, kv_len, key_len = st.seq_len[:lb], st.kv_len[:lb], st.key_len[:lb]
+
+        ld_i = Signal(range(max(g.SEQ, g.KV) + 1))
+        ld_w = Signal(range(D4 + 1))
+        ld_rows = Signal(lb)
+        ld_kv = Signal()
+        ld_bank = Signal()          # buffer the next load fills (alternates)
+        ld_beat = self.x_in.valid & self.x_in.ready
+        # The word's position is kept in registers (last word of the row, last row, row
+        # within its tile, buffer address (row // R) * D4 + word, the tile's base address),
+        # so the per-word decisions and the write address need no adder or multiply.
+        ld_w_last = Signal()
+        ld_i_last = Signal()
+        ld_r = Signal(range(R))
+        ld_addr = Signal(max(x_aw, kv_aw, 1))
+        ld_base = Signal.like(ld_addr)
+        ld_final = ld_w_last & ld_i_last
+        # Buffer writes happen the cycle after the beat, from registers: one enable register
+        # per buffer, the address and the word. The buffers are spread over the die and
+        # their enables were the one-engine top's critical path (all route). Writes only in
+        # LOAD, where x_in.ready is 1: in DRAIN, ready depends on ``start``.
+        ld_write = Signal()
+        ld_we_x = Signal(R)
+        ld_we_kv = Signal(R)
+        ld_wa = Signal(max(x_aw, kv_aw, 1) + 1)
+        ld_wd = Signal(32)
+        m.d.sync += [ld_we_x.eq(Cat(*[ld_write & ~ld_kv & (ld_r == r) for r in range(R)])),
+                     ld_we_kv.eq(Cat(*[ld_write & ld_kv & (ld_r == r) for r in range(R)])),
+                     ld_wd.eq(self.x_in.payload.data)]
+        with m.If(ld_kv):
+            m.d.sync += ld_wa.eq(Cat(ld_addr[:kv_aw], ld_set.bank))
+        with m.Else():
+            m.d.sync += ld_wa.eq(Cat(ld_addr[:x_aw], ld_set.bank))
+        for r in range(R):
+            m.d.comb += [self.x_write[r].addr.eq(ld_wa), self.x_write[r].data.eq(ld_wd),
+                         self.x_write[r].en.eq(ld_we_x[r])]
+            if cross_hw:
+                m.d.comb += [self.kv_write[r].addr.eq(ld_wa), self.kv_write[r].data.eq(ld_wd),
+                             self.kv_write[r].en.eq(ld_we_kv[r])]
+
+        def accept_start():
+            """Sample the run settings of a new sequence and start loading it."""
+            with m.If(self.start.valid):
+                kv_rows = Mux(st.cross, kv_len, seq_len)
+                m.d.sync += [
+                    ld_set.seq.eq(seq_len),
+                    ld_set.kvrows.eq(kv_rows),
+                    ld_set.keylen.eq(Mux(key_len == 0, kv_rows, key_len)),
+                    ld_set.causal.eq(st.causal), ld_set.cross.eq(st.cross),
+                    ld_set.exp_mult.eq(st.exp_mult), ld_set.exp_shift.eq(st.exp_shift),
+                    ld_set.t0.eq(self.now), ld_set.bank.eq(ld_bank),
+                    ld_i.eq(0), ld_w.eq(0), ld_rows.eq(seq_len), ld_kv.eq(0),
+                    ld_w_last.eq(D4 == 1), ld_i_last.eq(seq_len == 1),
+                    ld_r.eq(0), ld_addr.eq(0), ld_base.eq(0),
+                ]
+                for n in ("q", "k", "v", "pv", "o"):
+                    for f in ("mult", "shift"):
+                        m.d.sync += ld_set[f"rq_{n}_{f}"].eq(st[f"rq_{n}_{f}"])
+                m.next = "LOAD"
+
+        def load_error(cause):
+            m.d.comb += [self.error.eq(1), self.error_cause.eq(1 << LOADER_CAUSES[cause])]
+
+        with m.FSM(name="load") as load_fsm:
+            with m.State("IDLE"):
+                m.d.comb += self.start.ready.eq(1)
+                accept_start()
+            with m.State("LOAD"):
+                m.d.comb += self.x_in.ready.eq(1)
+                with m.If(ld_beat):
+                    m.d.sync += [ld_w.eq(ld_w + 1), ld_w_last.eq(ld_w + 2 == D4),
+                                 ld_addr.eq(ld_addr + 1)]
+                    with m.If(ld_w_last):
+                        m.d.sync += [ld_w.eq(0), ld_i.eq(ld_i + 1), ld_w_last.eq(D4 == 1),
+                                     ld_i_last.eq(ld_i + 2 == ld_rows),
+                                     ld_r.eq(Mux(ld_r == R - 1, 0, ld_r + 1)),
+                                     ld_addr.eq(ld_base)]
+                        with m.If(ld_r == R - 1):
+                            m.d.sync += [ld_base.eq(ld_base + D4), ld_addr.eq(ld_base + D4)]
+                        # After a sequence's last word the position restarts (for the KV
+                        # sequence of a cross run), whatever the checks below decide: the
+                        # address then does not wait for them.
+                        with m.If(ld_i_last):
+                            m.d.sync += [ld_r.eq(0), ld_addr.eq(0), ld_base.eq(0)]
+                    with m.If(self.x_in.payload.last & ~ld_final):
+                        load_error("STREAM_SHORT")
+                        m.next = "IDLE"
+                    with m.Elif(ld_final & ~self.x_in.payload.last):
+                        load_error("STREAM_LONG")
+                        m.next = "DRAIN"
+                    with m.Elif(ld_final & ld_set.cross & ~ld_kv):
+                        m.d.sync += [ld_kv.eq(1), ld_i.eq(0), ld_w.eq(0),
+                                     ld_rows.eq(ld_set.kvrows), ld_w_last.eq(D4 == 1),
+                                     ld_i_last.eq(ld_set.kvrows == 1)]
+                    with m.Elif(ld_final):
+                        m.next = "WAIT"
+            with m.State("DRAIN"):
+                # A stream that ran long: discard words up to its last one. A new START ends
+                # the draining and loads from the next word.
+                m.d.comb += [self.x_in.ready.eq(~self.start.valid), self.start.ready.eq(1)]
+                with m.If(ld_beat & self.x_in.payload.last):
+                    m.next = "IDLE"
+                accept_start()
+            with m.State("WAIT"):
+                m.d.comb += self.loaded.valid.eq(1)
+                with m.If(self.loaded.ready):
+                    m.d.sync += ld_bank.eq(~ld_bank)
+                    m.next = "IDLE"
+        m.d.comb += [ld_write.eq(self.x_in.valid & load_fsm.ongoing("LOAD")),
+                     self.busy.eq(load_fsm.ongoing("LOAD") | load_fsm.ongoing("WAIT"))]
+        return m
