@@ -70,3 +70,18 @@ def or_all(values):
     for v in values[1:]:
         out = out | v
     return out
+
+
+def element_of(m: Module, word, idx, count: int, width: int = 8, key: int = 0):
+    """Element ``idx ^ key`` (``idx`` a Signal) of a word of ``count`` elements of ``width``
+    bits, as a case table on ``idx`` (0 for an index past the last element). ``key`` undoes
+    an XOR the caller stored in ``idx`` (a per-engine copy of a lane select kept distinct so
+    synthesis does not merge the copies) at no cost."""
+    sel = Signal(width)
+    with m.Switch(idx):
+        for v in range(1 << len(idx)):
+            if (v ^ key) < count:
+                with m.Case(v):
+                    i = v ^ key
+                    m.d.comb += sel.eq(word[i * width:(i + 1) * width])
+    return sel

@@ -71,6 +71,9 @@ from hw.core.buffers import CoreBuffers
 from hw.core.geometry import CoreGeometry
 from hw.core.layouts import WordStream, sequence_layout
 from hw.core.loader import InputLoader
+from hw.core.prob_writer import ProbWriter
+from hw.core.score_feed import ScoreFeed
+from hw.core.streamer import OutputStreamer
 from hw.core.weight_window import WeightWindowWriter
 
 __all__ = ["AttentionCore", "WordStream", "ERROR_CAUSES"]
@@ -183,11 +186,6 @@ class AttentionCore(wiring.Component):
         job_k = Signal(max(lb, d.bit_length()) + 1)
         job_lh = Signal(range(G + 1))
         job_go = Signal()          # one-cycle pulse: a job starts
-        # Rows of scores written, and rows of P written, per engine (phase overlap).
-        score_rows = [Signal(range(SEQ + 1), name=f"score_rows{e}") for e in range(E)]
-        prob_rows = [Signal(range(SEQ + 1), name=f"prob_rows{e}") for e in range(E)]
-        # prob_rows + 1, a register kept with it (p_ready compares both, see the P writer).
-        prob_rows1 = [Signal(range(SEQ + 2), init=1, name=f"prob_rows1_{e}") for e in range(E)]
 
         # ------------------------------------------------------------ command issue
         # The requantization fields are registers that follow job_rq and the run settings a
@@ -635,118 +633,34 @@ class AttentionCore(wiring.Component):
                          w_score_row.eq(rs_valid & (job_dst == D_S) & (rs.col + C >= job_n))]
             with m.If(w_last):
                 m.d.sync += res_done[e].eq(1)
-            with m.If(w_score_row):
-                m.d.sync += score_rows[e].eq(score_rows[e] + 1)
             w_score_rows.append(w_score_row)
 
-        # ------------------------------------------------------------ softmax feed
-        # One feeder per engine, from its own score buffer into its own softmax unit, paced
-        # by that unit alone (a shared feeder forked to both units had both readies, from the
-        # two ends of the die, in front of its enables). A row is fed once its engine has
-        # written all of its scores; the engines run in lock-step, so the feeders do too.
-        sfs = []
+        # ------------------------------------------------------------ softmax feed, P writer
+        # Per engine: a feed from its score buffer into its softmax unit (rows as soon as
+        # they are written), and a writer of the unit's rows into its P buffer, counting the
+        # rows the P.V fetch waits for. Both start a cycle after a scores job's go pulse.
+        sf_start = Signal()
+        feeds, pwriters = [], []
         for e, sm in enumerate(softmaxes):
-            def sig(name, shape=1, **kw):
-                return Signal(shape, name=f"sf{e}_{name}", **kw)
-            f = {"active": sig("active"), "i": sig("i", range(SEQ + 1)),
-                 "b": sig("b", range(KB + 1)), "nb": sig("nb", range(KB + 1)),
-                 "ss1_valid": sig("ss1_valid"), "ss2_valid": sig("ss2_valid"),
-                 # sf_b + 1 >= sf_nb (this beat ends its row) and sf_i + 1 >= seq (this row
-                 # is the last), kept as registers: they gate the feeder's enables.
-                 "last": sig("last"), "row_last": sig("row_last"),
-                 # sf_i < score_rows[e], a register that follows both counts exactly (the
-                 # compare feeds it, not the feeder's enables).
-                 "rows_ok": sig("rows_ok")}
-            # ss2: the score words as read (a register straight after the block RAM, which
-            # ECP5 synthesis moves into the block's output register), then the lane-group
-            # multiplexer into the softmax unit. ss1 and ss2 advance together.
-            ss1_row, ss2_row = sig("ss1_row", lb), sig("ss2_row", lb)
-            ss1_last, ss2_last = sig("ss1_last"), sig("ss2_last")
-            ss1_sel = sig("ss1_sel", range(max(2, C // L)))
-            ss2_sel = Signal.like(ss1_sel, name=f"sf{e}_ss2_sel")
-            s_adv = ~f["ss2_valid"] | sm.scores.ready
-            # Beat b holds lanes b*L .. b*L+L-1: score word (b*L) // C, lane group within it.
-            # The read address sf_i * TNk + word is a register counted with them (the adder
-            # in front of the address pins was a near-critical routed path); base = i * TNk.
-            sf_word, sf_lane_group = divmod_const(f["b"], C // L)
-            f["addr"] = sig("addr", range(SEQ * TNk + TNk + 1))
-            f["base"] = Signal.like(f["addr"], name=f"sf{e}_base")
-            s_rp = buf.s_read[e]
+            feed = ScoreFeed(self.geom, buf.s_read[e].signature)
+            pwr = ProbWriter(self.geom, buf.p_write[e][0].signature)
+            m.submodules[f"score_feed{e}"] = feed
+            m.submodules[f"prob_writer{e}"] = pwr
+            wiring.connect(m, feed.s_read, buf.s_read[e])
+            wiring.connect(m, feed.scores, sm.scores)
+            wiring.connect(m, sm.probs, pwr.probs)
+            for r in range(R):
+                wiring.connect(m, pwr.p_write[r], buf.p_write[e][r])
             m.d.comb += [
-                s_rp.addr.eq(f["addr"]), s_rp.en.eq(s_adv),
-                sm.scores.valid.eq(f["ss2_valid"]),
-                sm.scores.payload.row.eq(ss2_row),
-                sm.scores.payload.last.eq(ss2_last),
+                feed.start.eq(sf_start), feed.seq.eq(seq), feed.kvrows.eq(kvrows),
+                feed.score_row.eq(w_score_rows[e]),
+                pwr.start.eq(sf_start), pwr.seq.eq(seq),
                 sm.exp_mult.eq(exp_mult), sm.exp_shift.eq(exp_shift),
                 sm.causal.eq(causal), sm.kv_len.eq(keylen),
             ]
-            s_word = Signal.like(s_rp.data, name=f"ss2_word{e}", reset_less=True)
-            with m.If(s_adv):
-                m.d.sync += s_word.eq(s_rp.data)
-            with m.Switch(ss2_sel):
-                for g in range(C // L):
-                    with m.Case(g):
-                        for lane in range(L):
-                            w = (g * L + lane) * SB
-                            m.d.comb += sm.scores.payload.data[lane].eq(
-                                s_word[w:w + SB].as_signed())
-            sf_go = f["active"] & f["rows_ok"]
-            sf_row_adv = s_adv & sf_go & f["last"]
-            rows_next = Mux(w_score_rows[e], score_rows[e] + 1, score_rows[e])
-            m.d.sync += f["rows_ok"].eq(Mux(sf_row_adv, f["i"] + 1 < rows_next,
-                                            f["i"] < rows_next))
-            with m.If(s_adv):
-                m.d.sync += [f["ss1_valid"].eq(sf_go), f["ss2_valid"].eq(f["ss1_valid"]),
-                             ss2_row.eq(ss1_row), ss2_last.eq(ss1_last), ss2_sel.eq(ss1_sel)]
-                with m.If(sf_go):
-                    m.d.sync += [ss1_row.eq(f["i"]), ss1_last.eq(f["last"]),
-                                 ss1_sel.eq(sf_lane_group), f["b"].eq(f["b"] + 1),
-                                 f["last"].eq(f["b"] + 2 >= f["nb"])]
-                    with m.If(sf_lane_group == C // L - 1):
-                        m.d.sync += f["addr"].eq(f["addr"] + 1)
-                    with m.If(f["last"]):
-                        m.d.sync += [f["b"].eq(0), f["i"].eq(f["i"] + 1),
-                                     f["last"].eq(f["nb"] <= 1),
-                                     f["row_last"].eq(f["i"] + 2 >= seq),
-                                     f["base"].eq(f["base"] + TNk),
-                                     f["addr"].eq(f["base"] + TNk)]
-                        with m.If(f["row_last"]):
-                            m.d.sync += f["active"].eq(0)
-            sfs.append(f)
+            feeds.append(feed)
+            pwriters.append(pwr)
 
-        # Softmax results into P. Rows come out in order from row 0 (the feeder's order), so
-        # the write position is counted in registers: row within its tile (which buffer) and
-        # the word address, (row // R) * KB + beat. The address pins then come straight from
-        # a register; computing it from the row number was the whole top's critical path.
-        prob_incs = []
-        pw_counters = []    # reset with prob_rows when a softmax feed starts
-        # Per engine: prob_rows >= seq and prob_rows1 >= seq (see p_ready).
-        prob_all = [(Signal(name=f"prob_all{e}"), Signal(name=f"prob_all1_{e}"))
-                    for e in range(E)]
-        for e, sm in enumerate(softmaxes):
-            pr = sm.probs
-            m.d.comb += pr.ready.eq(1)
-            pw_rr = Signal(range(R), name=f"pw_rr{e}")
-            pw_addr = Signal(range(_cdiv(SEQ, R) * KB + 1), name=f"pw_addr{e}")
-            pw_base = Signal.like(pw_addr, name=f"pw_base{e}")    # KB * (row // R)
-            pw_counters += [pw_rr, pw_addr, pw_base]
-            pw = list(buf.p_write[e])
-            for r in range(R):
-                m.d.comb += [pw[r].addr.eq(pw_addr),
-                             pw[r].data.eq(Cat(*[pr.payload.data[lane] for lane in range(L)])),
-                             pw[r].en.eq(pr.valid & (pw_rr == r))]
-            with m.If(pr.valid):
-                m.d.sync += pw_addr.eq(pw_addr + 1)
-                with m.If(pr.payload.last):
-                    m.d.sync += [prob_rows[e].eq(prob_rows1[e]),
-                                 prob_rows1[e].eq(prob_rows1[e] + 1),
-                                 prob_all[e][0].eq(prob_all[e][1]),
-                                 prob_all[e][1].eq(prob_rows1[e] + 1 >= seq),
-                                 pw_rr.eq(pw_rr + 1), pw_addr.eq(pw_base)]
-                    with m.If(pw_rr == R - 1):
-                        m.d.sync += [pw_rr.eq(0), pw_base.eq(pw_base + KB),
-                                     pw_addr.eq(pw_base + KB)]
-            prob_incs.append(pr.valid & pr.payload.last)
         # p_ready: the P.V fetch may start the row tile ending at row_end (every engine has
         # written those rows of P). Computed from the next values of row_end and prob_rows,
         # so the register equals the compare in every cycle of a P.V job. Each choice of the
@@ -764,113 +678,19 @@ class AttentionCore(wiring.Component):
                            rows_written(row_end, n, all_rows)))
 
         m.d.sync += p_ready.eq(Cat(*[
-            Mux(inc, engine_ready(n1, all1), engine_ready(n, all0))
-            for n, n1, inc, (all0, all1) in zip(prob_rows, prob_rows1, prob_incs, prob_all)
+            Mux(pw.row_done, engine_ready(pw.rows1, pw.all_rows1),
+                engine_ready(pw.rows, pw.all_rows))
+            for pw in pwriters
         ]).all())
 
         # ------------------------------------------------------------ output streamer
-        # Streams output buffer st_bank: P bytes of one row per cycle (P = 4 when 4 adjacent
-        # columns always share a buffer word), so a bus word every 4 / P cycles.
-        P = math.gcd(4, math.gcd(C, dk))
-        K = 4 // P
-        st_active = Signal()
-        st_seq = Signal(lb)
-        st_bank = Signal()
-        st_t0 = Signal(32)
-        st_busy = Signal(32)
-        st_stall = Signal(32)
-        o_i = Signal(range(SEQ + 1))
-        o_col = Signal(range(d + 1))
-        os1_valid = Signal()
-        os1_e = Signal(range(max(E, 2)))
-        os1_c = Signal(range(max(C // P, 2)))
-        os1_k = Signal(range(max(K, 2)))
-        os1_last = Signal()
-        o_rps = list(buf.o_read)
-        oh, och = divmod_const(o_col, dk)
-        ohe = divmod_const(oh, E)[1]               # engine of the column
-        ochcl = divmod_const(och, C)[1]             # lane within the word
-        # os2: the block RAM words registered as they are (a DP16KD's clock-to-output plus the
-        # route out of it was the routed one-engine top's critical path), and os1's fields;
-        # os1 and os2 advance together.
-        os2_valid = Signal()
-        os2_e = Signal.like(os1_e)
-        os2_c = Signal.like(os1_c)
-        os2_k = Signal.like(os1_k)
-        os2_last = Signal()
-        # The read address and the "rows left" and "end of row" conditions are registers,
-        # updated with o_i and o_col from their next values (the address arithmetic and
-        # compares sat in front of the block RAM address pins and the streamer's enables).
-        def o_word(i, col):
-            h_, ch_ = divmod_const(col, dk)
-            return ((i * G + divmod_const(h_, E)[0]) * TN + divmod_const(ch_, C)[0])[:o_aw]
-
-        o_addr = Signal(o_aw)
-        o_more = Signal()           # o_i < st_seq
-        o_wrap = Signal()           # o_col + P == d
-        # o_more is set only with st_active and cleared before it falls, so it alone says
-        # whether a word is to be read (st_active, set by the sequencer and cleared at the
-        # output slice, stays out of the streamer's enables).
-        o_issue = o_more
-        o_out = os2_valid & (os2_k == K - 1)
-        # y_out leaves through a register slice: the streamer's enables (about 200 flip-flops
-        # and the output buffers' read enables, by both engines) follow the slice's registered
-        # ready, not y_out.ready, which comes from outside the IP.
-        m.submodules.y_slice = y_slice = RegisterSlice(33)
-        o_adv = ~os2_valid | (os2_k != K - 1) | y_slice.i_ready
+        m.submodules.streamer = streamer = OutputStreamer(self.geom, buf.o_read[0].signature)
         for e in range(E):
-            m.d.comb += [o_rps[e].addr.eq(Cat(o_addr, st_bank)),
-                         o_rps[e].en.eq(o_adv)]
-        os2_data = [Signal.like(o_rps[e].data, name=f"os2_data{e}", reset_less=True)
-                    for e in range(E)]
-        chunk = Signal(8 * P)
-        with m.Switch(os2_e):
-            for e in range(E):
-                with m.Case(e):
-                    m.d.comb += chunk.eq(byte_of(os2_data[e], os2_c, C // P, 8 * P))
-        with m.If(o_adv):
-            m.d.sync += [os2_valid.eq(os1_valid), os2_e.eq(os1_e), os2_c.eq(os1_c),
-                         os2_k.eq(os1_k), os2_last.eq(os1_last)]
-            m.d.sync += [os2_data[e].eq(o_rps[e].data) for e in range(E)]
-            m.d.sync += os1_valid.eq(o_issue)
-            with m.If(o_issue):
-                m.d.sync += [os1_e.eq(ohe), os1_c.eq(divmod_const(ochcl, P)[0]),
-                             os1_k.eq(divmod_const(divmod_const(o_col, P)[0], K)[1]),
-                             os1_last.eq((o_i + 1 == st_seq) & o_wrap),
-                             o_col.eq(o_col + P), o_wrap.eq(o_col + 2 * P == d),
-                             o_addr.eq(o_word(o_i, o_col + P))]
-                with m.If(o_wrap):
-                    m.d.sync += [o_col.eq(0), o_i.eq(o_i + 1), o_wrap.eq(P == d),
-                                 o_addr.eq(o_word(o_i + 1, 0)), o_more.eq(o_i + 1 < st_seq)]
-        if K > 1:
-            assemble = Signal(32 - 8 * P)
-            with m.If(os2_valid & (os2_k != K - 1) & o_adv):
-                with m.Switch(os2_k):
-                    for k in range(K - 1):
-                        with m.Case(k):
-                            m.d.sync += assemble[8 * P * k:8 * P * (k + 1)].eq(chunk)
-            word = Cat(assemble, chunk)
-        else:
-            word = chunk
-        m.d.comb += [y_slice.i_valid.eq(o_out), y_slice.i_data.eq(Cat(word, os2_last)),
-                     self.y_out.valid.eq(y_slice.o_valid),
-                     self.y_out.payload.data.eq(y_slice.o_data[:32]),
-                     self.y_out.payload.last.eq(y_slice.o_data[32]),
-                     y_slice.o_ready.eq(self.y_out.ready)]
-        stream_end = self.y_out.valid & self.y_out.ready & self.y_out.payload.last
-        # done is a register, a cycle after the last word: as a combinational strobe it was
-        # one LUT shared by the streamer and the register block's DONE, placed by the
-        # register block, and y_out's handshake crossed the die through it into st_active.
-        # busy stays high through that cycle, so BUSY falls as DONE rises. The counters are
-        # loaded from done (their 96 enables were on y_out.ready): the cycle after it.
-        done_r = Signal()
-        m.d.sync += done_r.eq(stream_end)
-        m.d.comb += self.done.eq(done_r)
-        with m.If(stream_end):
-            m.d.sync += st_active.eq(0)
-        with m.If(done_r):
-            m.d.sync += [self.cycles.eq(now - 1 - st_t0),
-                         self.busy_cycles.eq(st_busy), self.stall_cycles.eq(st_stall)]
+            wiring.connect(m, streamer.o_read[e], buf.o_read[e])
+        wiring.connect(m, streamer.y_out, wiring.flipped(self.y_out))
+        m.d.comb += [streamer.now.eq(now), self.done.eq(streamer.done),
+                     self.cycles.eq(streamer.cycles), self.busy_cycles.eq(streamer.busy_cycles),
+                     self.stall_cycles.eq(streamer.stall_cycles)]
 
         # ------------------------------------------------------------ counters
         # Per sequence: array-busy cycles (operands taken) and softmax stalls (the P.V fetch
@@ -915,7 +735,6 @@ class AttentionCore(wiring.Component):
         # (the sequencer's decision reached the feeder's and the P writers' counters by both
         # softmax units in the same cycle); its first read waits for score rows, which come
         # tens of cycles later.
-        sf_start = Signal()
         m.d.sync += sf_start.eq(0)
 
         def start_softmax_feed():
@@ -927,24 +746,11 @@ class AttentionCore(wiring.Component):
                 m.d.sync += [running.eq(0), f_active.eq(0), s0_valid.eq(0), s1_valid.eq(0),
                              sd_valid.eq(0), sb_valid.eq(0),
                              cmd_pending.eq(0), advance.eq(1), opq_valid.eq(0)]
-                m.d.sync += [f[k].eq(0) for f in sfs for k in ("active", "ss1_valid",
-                                                                 "ss2_valid")]
+                m.d.comb += [feed.flush.eq(1) for feed in feeds]
                 m.d.sync += [c.eq(0) for c in opq_count]
                 m.d.sync += [p.eq(0) for ptrs in opq_ptrs for p in ptrs]
                 m.d.sync += [f.eq(0) for flags in bf_busy for f in flags]
                 m.next = "IDLE"
-
-        with m.If(sf_start):
-            for f in sfs:
-                m.d.sync += [f["active"].eq(1), f["i"].eq(0), f["b"].eq(0), f["addr"].eq(0),
-                             f["base"].eq(0), f["nb"].eq((kvrows + L - 1) // L),
-                             f["last"].eq(kvrows <= L), f["row_last"].eq(seq <= 1),
-                             f["rows_ok"].eq(0)]
-            m.d.sync += [n.eq(0) for n in prob_rows + score_rows]
-            m.d.sync += [n.eq(1) for n in prob_rows1]
-            m.d.sync += [n.eq(0) for n in pw_counters]
-            m.d.sync += [prob_all[e][0].eq(seq == 0) for e in range(E)]
-            m.d.sync += [prob_all[e][1].eq(seq <= 1) for e in range(E)]
 
         with m.FSM(name="seq") as seq_fsm:
             with m.State("IDLE"):
@@ -1015,12 +821,12 @@ class AttentionCore(wiring.Component):
                 # The output buffer is complete: hand it to the streamer once that has
                 # finished the previous sequence, and write the other buffer next. (seq >= 1:
                 # the register block refuses SEQ_LEN 0, so there is a word to stream.)
-                with m.If(~st_active):
-                    m.d.sync += [st_active.eq(1), st_seq.eq(seq), st_bank.eq(o_bank),
-                                 st_t0.eq(run["t0"]), st_busy.eq(run_busy),
-                                 st_stall.eq(run_stall), o_i.eq(0), o_col.eq(0),
-                                 o_addr.eq(0), o_wrap.eq(P == d), o_more.eq(1),
-                                 o_bank.eq(~o_bank)]
+                ho = streamer.handoff
+                m.d.comb += [ho.valid.eq(1), ho.payload.seq.eq(seq), ho.payload.bank.eq(o_bank),
+                             ho.payload.t0.eq(run.t0), ho.payload.busy.eq(run_busy),
+                             ho.payload.stall.eq(run_stall)]
+                with m.If(ho.ready):
+                    m.d.sync += o_bank.eq(~o_bank)
                     m.next = "IDLE"
         with m.If(job_go):
             m.d.sync += job_go.eq(0)
@@ -1034,6 +840,6 @@ class AttentionCore(wiring.Component):
         # block's write guards, and from done_r by the output slice the route alone took
         # most of a cycle.
         m.d.sync += self.busy.eq(loader.busy
-                                 | ~seq_fsm.ongoing("IDLE") | st_active | done_r)
+                                 | ~seq_fsm.ongoing("IDLE") | streamer.active | streamer.done)
 
         return m
