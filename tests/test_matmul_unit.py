@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from amaranth.sim import Simulator
 
 from golden import load_config
 from golden.config import AttentionConfig
@@ -13,17 +12,11 @@ from hw.blocks.matmul import MatmulEngine
 from hw.blocks.pe import ProcessingElement
 from hw.perf.matmul import fill_drain_cycles, ideal_cycles, matmul_cycles
 from hw.blocks.systolic import SystolicArray
+from sim.amaranth_streams import StreamConsumer, StreamProducer, simulate
 from tests.matmul_vectors import (MatmulCase, expected_rows, extreme_case, operand_beats,
                                   random_case)
 
 TINY = load_config(REPO_ROOT / "configs" / "tiny.toml")
-
-
-def _run(dut, testbench):
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(testbench)
-    sim.run()
 
 
 # ------------------------------------------------------------------------------ PE
@@ -69,7 +62,7 @@ def test_pe_accumulates_flags_and_stalls():
             if ctx.get(pe.result) != result:
                 mismatches.append((i, ctx.get(pe.result), result))
 
-    _run(pe, tb)
+    simulate(pe, tb)
     assert mismatches == []
     assert last.sum() > 20   # the run retired many sums
 
@@ -135,7 +128,7 @@ def test_array_tiles_pipelined(rows, cols):
                 step += 1
                 i += 1
 
-    _run(arr, tb)
+    simulate(arr, tb)
     expected = []
     for t, (a, b) in enumerate(tiles):
         prod = a @ b
@@ -155,61 +148,49 @@ def test_array_rejects_bad_size():
 # ------------------------------------------------------------------------------ engine
 
 class EngineBench:
-    """Drives cmd/a/b/bias with random idle cycles and result with random backpressure."""
+    """Drives cmd/a/b/bias with random idle cycles and result with random backpressure
+    (sim.amaranth_streams), counting the cycles of ``error`` high."""
+
+    PORTS = ("cmd", "a", "b", "bias")
 
     def __init__(self, dut: MatmulEngine, idle: float, backpressure: float, seed: int):
         self.dut = dut
-        self.idle, self.backpressure = idle, backpressure
-        self.rng = np.random.default_rng(seed)
-        self.queues = {"cmd": [], "a": [], "b": [], "bias": []}
-        self.results = []
+        self.producers = {name: StreamProducer(getattr(dut, name), idle=idle, seed=seed + i)
+                          for i, name in enumerate(self.PORTS)}
+        self.backpressure, self.seed = backpressure, seed
         self.errors = 0
-        self.first_operand = None
-        self.last_result = None
 
     def add(self, case: MatmulCase, command: dict | None = None):
-        cfg = self.dut.cfg
-        a, b, bias = operand_beats(cfg, case)
-        self.queues["cmd"].append(command or case.command())
-        self.queues["a"] += a
-        self.queues["b"] += b
-        self.queues["bias"] += bias
+        a, b, bias = operand_beats(self.dut.cfg, case)
+        self.producers["cmd"].put([command or case.command()])
+        self.producers["a"].put(a)
+        self.producers["b"].put(b)
+        self.producers["bias"].put(bias)
 
     def run(self, expected_beats: int, max_cycles: int = 20000):
-        dut, rng = self.dut, self.rng
-        ports = {name: getattr(dut, name) for name in self.queues}
+        """Collect ``expected_beats`` result beats, then 30 more cycles (anything arriving
+        then is an error the caller's comparison sees); returns the beats."""
+        dut = self.dut
+        self.consumer = StreamConsumer(
+            dut.result, expected_beats, backpressure=self.backpressure, seed=self.seed + 9,
+            linger=30, max_cycles=max_cycles,
+            convert=lambda p: (p.row, p.col, p.last, tuple(int(v) for v in p.data)))
 
-        async def tb(ctx):
-            pos = dict.fromkeys(self.queues, 0)
-            offering = dict.fromkeys(self.queues, False)
-            for cycle in range(max_cycles):
-                for name, port in ports.items():
-                    q = self.queues[name]
-                    if not offering[name] and pos[name] < len(q):
-                        offering[name] = rng.random() >= self.idle
-                    ctx.set(port.valid, offering[name])
-                    if offering[name]:
-                        ctx.set(port.payload, q[pos[name]])
-                ready = rng.random() >= self.backpressure
-                ctx.set(dut.result.ready, ready)
-                for name, port in ports.items():
-                    if offering[name] and ctx.get(port.ready):
-                        pos[name] += 1
-                        offering[name] = False
-                        if name == "a" and self.first_operand is None:
-                            self.first_operand = cycle
-                if ready and ctx.get(dut.result.valid):
-                    p = ctx.get(dut.result.payload)
-                    self.results.append((p.row, p.col, p.last, tuple(int(v) for v in p.data)))
-                    self.last_result = cycle
-                self.errors += ctx.get(dut.error)
-                await ctx.tick()
-                if len(self.results) >= expected_beats and cycle > self.last_result + 30:
-                    break
-            self.leftover = {n: len(q) - pos[n] for n, q in self.queues.items()}
+        async def count_errors(ctx):
+            async for _, _, error in ctx.tick().sample(dut.error):
+                self.errors += error
 
-        _run(dut, tb)
-        return self.results
+        simulate(dut, self.consumer, background=[*self.producers.values(), count_errors])
+        self.leftover = {name: p.pending for name, p in self.producers.items()}
+        return self.consumer.items
+
+    @property
+    def first_operand(self) -> int:
+        return self.producers["a"].accepted[0]
+
+    @property
+    def last_result(self) -> int:
+        return self.consumer.cycles[-1]
 
 
 def _cases(cfg, rng, count):
@@ -284,8 +265,7 @@ def test_engine_rejects_out_of_range_commands():
     bad = [dict(good.command(), m=0), dict(good.command(), n=17), dict(good.command(), k=0),
            dict(good.command(), k=17), dict(good.command(), m=9), dict(good.command(), shift=0),
            dict(good.command(), shift=63)]
-    for command in bad:
-        bench.queues["cmd"].append(command)
+    bench.producers["cmd"].put(bad)
     bench.add(good)
     expected = expected_rows(cfg, good)
     assert bench.run(len(expected)) == expected

@@ -10,7 +10,6 @@ import random
 import numpy as np
 import pytest
 from amaranth.hdl import Fragment
-from amaranth.sim import Simulator
 
 from golden import load_config
 from golden.softmax import softmax_exp
@@ -19,6 +18,7 @@ from hw.blocks.divider import ReciprocalDivider
 from hw.blocks.exp2 import Exp2Unit
 from hw.perf.softmax import softmax_cycles, softmax_schedule
 from hw.blocks.softmax import SoftmaxGeometry, SoftmaxUnit
+from sim.amaranth_streams import StreamConsumer, StreamProducer, simulate
 from sim.collisions import CollisionScramble
 from tests.softmax_cases import (Settings, edge_rows, expected_row, extreme_settings,
                                  random_rows, realistic_settings)
@@ -31,11 +31,7 @@ DEFAULT = load_config(REPO_ROOT / "configs" / "default.toml")
 def _run(dut, *testbenches):
     # The rings are no_rw_check: colliding reads return scrambled data, so the exact
     # comparisons also check that no such read is used (sim.collisions).
-    sim = Simulator(Fragment.get(dut, CollisionScramble()))
-    sim.add_clock(1e-8)
-    for tb in testbenches:
-        sim.add_testbench(tb)
-    sim.run()
+    simulate(Fragment.get(dut, CollisionScramble()), *testbenches)
 
 
 # ---------------------------------------------------------------------- exp2
@@ -154,45 +150,20 @@ def simulate_unit(cfg, st: Settings, rows, *, idle=0.0, backpressure=0.0, seed=0
                                        "row": i, "last": int(b == n - 1)}))
     if extra_beats is not None:
         beats = extra_beats(layout)
-    out, accepted, emitted, refused = [], [], [], []
-    rng_in, rng_out = random.Random(seed), random.Random(seed + 1)
+    producer = StreamProducer(dut.scores, beats, idle=idle, seed=seed)
+    consumer = StreamConsumer(
+        dut.probs, len(beats), backpressure=backpressure, seed=seed + 1,
+        max_cycles=50 * len(beats) + 500,
+        convert=lambda p: ([int(v) for v in p.data], int(p.row), int(p.last)))
 
-    async def producer(ctx):
+    async def settings(ctx):
         ctx.set(dut.exp_mult, st.exp_mult)
         ctx.set(dut.exp_shift, st.exp_shift)
         ctx.set(dut.causal, int(st.causal))
         ctx.set(dut.kv_len, st.kv_len)
-        cycle = 0
-        for beat in beats:
-            while idle and rng_in.random() < idle:
-                await ctx.tick()
-                cycle += 1
-            ctx.set(dut.scores.valid, 1)
-            ctx.set(dut.scores.payload, beat)
-            while True:
-                _, _, ready = await ctx.tick().sample(dut.scores.ready)
-                cycle += 1
-                if ready:
-                    accepted.append(cycle - 1)
-                    break
-                refused.append(cycle - 1)
-            ctx.set(dut.scores.valid, 0)
 
-    async def consumer(ctx):
-        cycle = 0
-        while len(out) < len(beats):
-            ready = int(rng_out.random() >= backpressure)
-            ctx.set(dut.probs.ready, ready)
-            _, _, valid, payload = await ctx.tick().sample(dut.probs.valid, dut.probs.payload)
-            if valid and ready:
-                out.append(([int(v) for v in payload.data], int(payload.row),
-                            int(payload.last)))
-                emitted.append(cycle)
-            cycle += 1
-            assert cycle < 50 * len(beats) + 500, "softmax unit hung"
-
-    _run(dut, producer, consumer)
-    return out, accepted, emitted, refused
+    _run(dut, settings, producer, consumer)
+    return consumer.items, producer.accepted, consumer.cycles, producer.refused
 
 
 def check_rows(cfg, st, rows, out):
