@@ -11,11 +11,10 @@ measured figure differs from the model.
 
 from __future__ import annotations
 
-
 import numpy as np
-from amaranth.sim import Simulator
 
 from hw.blocks.softmax import SoftmaxUnit
+from sim.amaranth_streams import StreamConsumer, StreamProducer, simulate
 
 __all__ = ["measure_cycles"]
 
@@ -30,38 +29,13 @@ def measure_cycles(cfg, n_rows: int, row_len: int, seed: int = 0) -> int:
     stream = [layout.const({"data": [int(v) for v in rng.integers(-999, 999, lanes)],
                             "row": r % cfg.max_seq_len, "last": int(b == beats - 1)})
               for r in range(n_rows) for b in range(beats)]
-    first, last = [], []
+    producer = StreamProducer(dut.scores, stream)
+    consumer = StreamConsumer(dut.probs, len(stream), max_cycles=50 * len(stream) + 500)
 
-    async def producer(ctx):
+    async def settings(ctx):
         ctx.set(dut.exp_mult, 30000)
         ctx.set(dut.exp_shift, 12)
         ctx.set(dut.kv_len, cfg.max_kv_len)
-        cycle = 0
-        for beat in stream:
-            ctx.set(dut.scores.valid, 1)
-            ctx.set(dut.scores.payload, beat)
-            while True:
-                _, _, ready = await ctx.tick().sample(dut.scores.ready)
-                cycle += 1
-                if ready:
-                    break
-            if not first:
-                first.append(cycle - 1)
-        ctx.set(dut.scores.valid, 0)
 
-    async def consumer(ctx):
-        ctx.set(dut.probs.ready, 1)
-        seen, cycle = 0, 0
-        while seen < len(stream):
-            _, _, valid = await ctx.tick().sample(dut.probs.valid)
-            if valid:
-                seen += 1
-                last.append(cycle)
-            cycle += 1
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(producer)
-    sim.add_testbench(consumer)
-    sim.run()
-    return last[-1] - first[0] + 1
+    simulate(dut, settings, producer, consumer)
+    return consumer.cycles[-1] - producer.accepted[0] + 1
