@@ -12,8 +12,8 @@
 ``run_overlapped`` uses the double buffers: each sequence starts as soon as STATUS.START_READY
 allows, while the previous ones compute and stream out.
 
-Everything goes through the real interfaces: AXI4-Lite (:mod:`sim.axil`) for registers and
-weights, AXI4-Stream (:mod:`sim.axis`) for activations. Register addresses and fields come from
+Everything goes through the real interfaces (bus models of :mod:`sim.bus`): AXI4-Lite for
+registers and weights, AXI4-Stream for activations. Register addresses and fields come from
 :func:`hw.bus.regmap.build_regmap`, so the driver follows the map.
 """
 
@@ -30,8 +30,7 @@ from cocotb.utils import get_sim_time
 from golden.config import AttentionConfig
 from hw.bus.regmap import ERROR_CAUSES, RESP_OKAY, build_regmap, pack_window, param_values
 
-from sim.axil import AxiLiteMaster
-from sim.axis import AxisSink, AxisSource, pack_rows, unpack_words
+from sim.bus import AxiLiteMaster, StreamSink, StreamSource, pack_rows, unpack_words
 
 __all__ = ["AttentionDriver", "RunResult", "cause_names"]
 
@@ -62,7 +61,7 @@ class AttentionDriver:
 
     ``idle`` and ``backpressure`` are the probabilities of an idle cycle on the input stream
     and of ``tready`` low on the output stream; ``bus_delay`` randomises the AXI4-Lite
-    master's valid/ready timing (see :class:`sim.axil.AxiLiteMaster`); ``seed`` makes them
+    master's valid/ready timing (see :class:`sim.bus.AxiLiteMaster`); ``seed`` makes them
     repeatable.
     """
 
@@ -73,8 +72,9 @@ class AttentionDriver:
         self.rmap = build_regmap(cfg)
         self.period_ns = period_ns
         self.bus = AxiLiteMaster(dut, dut.clk, prefix="s_axi", delay=bus_delay, seed=seed)
-        self.source = AxisSource(dut, dut.clk, "s_axis", idle=idle, seed=seed)
-        self.sink = AxisSink(dut, dut.clk, "m_axis", backpressure=backpressure, seed=seed + 1)
+        self.source = StreamSource(dut, "s_axis", clk=dut.clk, idle=idle, seed=seed)
+        self.sink = StreamSink(dut, "m_axis", clk=dut.clk, backpressure=backpressure,
+                               seed=seed + 1)
         self._bus_lock = Lock()     # overlapped runs use the bus from two coroutines
 
     def addr(self, reg: str) -> int:
@@ -171,7 +171,7 @@ class AttentionDriver:
             out = np.array(unpack_words(got, self.cfg.d_model), dtype=np.int64)
         else:
             recv_task.cancel()
-            self.sink.tready.value = 0
+            self.sink.ready.value = 0
         if not send_task.done():
             # After STREAM_LONG the engine drains the rest of the stream; give it time.
             await First(send_task, ClockCycles(self.dut.clk, 4 * len(words) + 100))
@@ -179,7 +179,7 @@ class AttentionDriver:
             sent = send_task.result()
         else:
             send_task.cancel()
-            self.source.tvalid.value = 0
+            self.source.valid.value = 0
             sent = -1
         cycles = await self.read("CYCLES")
         busy = await self.read("BUSY_CYCLES")

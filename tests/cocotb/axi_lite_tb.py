@@ -1,4 +1,4 @@
-"""cocotb tests of the generated AxiLiteRegs Verilog, driven by ``sim/axil.py``.
+"""cocotb tests of the generated AxiLiteRegs Verilog, driven by ``sim.bus.AxiLiteMaster``.
 
 Environment (strings): AXIL_CONFIG (TOML path), AXIL_SEED, AXIL_DELAY (probability of idle
 cycles before each VALID and of READY low on the response channels).
@@ -27,7 +27,7 @@ from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly, RisingEdge
 from golden import QuantizedLayer, Requant, load_config
 from hw.gen.verilog import REPO_ROOT
 from hw.bus.regmap import ERROR_CAUSES, build_regmap, pack_window, param_values
-from sim.axil import AxiLiteMaster
+from sim.bus import AxiLiteMaster
 from tests.axil_spec import (BAD_SHIFT, BUSY, CAUSAL, CAUSE, COMMIT, CROSS, CTRL, CYCLES,
                              BUSY_CYCLES, DONE, ENGINE_FAULT, ERROR, IRQ_EN, KEY_LEN, KV_LEN,
                              OKAY, PARAMS, SEQ_LEN, SLVERR, START, START_WHILE_BUSY, STATUS,

@@ -17,8 +17,8 @@ from golden import load_config
 from hw.gen.verilog import REPO_ROOT
 from hw.blocks.matmul import MatmulEngine
 from hw.perf.matmul import matmul_cycles
-from tests.cocotb.streams import (clock_and_reset, StreamSink, StreamSource, pack_array, pack_fields,
-                                  run_streams, unpack_array)
+from sim.bus import (StreamSink, StreamSource, clock_and_reset, pack_array, pack_fields,
+                     run_streams, unpack_array)
 from tests.matmul_vectors import expected_rows, extreme_case, operand_beats, random_case
 
 CFG = load_config(os.environ.get("MATMUL_CONFIG", REPO_ROOT / "configs" / "tiny.toml")).replace(
@@ -52,15 +52,15 @@ class MatmulTB:
 
     def command(self, case, command=None):
         a, b, bias = operand_beats(CFG, case)
-        self.srcs["cmd"].send([pack_fields(CMD_FIELDS, command or case.command())])
-        self.srcs["a"].send(pack_array(x, ENGINE.a_width) for x in a)
-        self.srcs["b"].send(pack_array(x, ENGINE.b_width) for x in b)
-        self.srcs["bias"].send(pack_array(x, CFG.bias_bits) for x in bias)
+        self.srcs["cmd"].put([pack_fields(CMD_FIELDS, command or case.command())])
+        self.srcs["a"].put(pack_array(x, ENGINE.a_width) for x in a)
+        self.srcs["b"].put(pack_array(x, ENGINE.b_width) for x in b)
+        self.srcs["bias"].put(pack_array(x, CFG.bias_bits) for x in bias)
         if command is None:
             self.expected += expected_rows(CFG, case)
 
     def bad_command(self, command):
-        self.srcs["cmd"].send([pack_fields(CMD_FIELDS, command)])
+        self.srcs["cmd"].put([pack_fields(CMD_FIELDS, command)])
 
     async def run(self, max_cycles=40000):
         start = len(self.sink.items)

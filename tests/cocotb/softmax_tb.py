@@ -23,8 +23,8 @@ from golden import load_config
 from hw.gen.verilog import REPO_ROOT
 from hw.perf.softmax import softmax_schedule
 from hw.blocks.softmax import prob_beat_layout, score_beat_layout
-from tests.cocotb.streams import (clock_and_reset, StreamSink, StreamSource, pack_array, run_streams,
-                                  unpack_array)
+from sim.bus import (StreamSink, StreamSource, clock_and_reset, pack_array, run_streams,
+                     unpack_array)
 from tests.softmax_cases import (Settings, edge_rows, expected_row, extreme_settings,
                                  random_rows, realistic_settings, settings_valid)
 
@@ -81,7 +81,7 @@ class SoftmaxTB:
             expected.append(expected_row(CFG, st, i, s))
         self.src.accepted.clear()
         self.sink.items.clear()
-        self.src.send(beats)
+        self.src.put(beats)
         total = len(beats)
         await run_streams(self.dut.clk, [self.src, self.sink],
                           until=lambda: len(self.sink.items) == total,

@@ -13,7 +13,7 @@ import cocotb
 from cocotb.triggers import ClockCycles
 
 import golden as g
-from sim.axis import pack_rows, unpack_words
+from sim.bus import pack_rows, unpack_words
 from sim.driver import AttentionDriver, cause_names
 from sim.layers import make_case
 
