@@ -2,27 +2,20 @@
 
 from __future__ import annotations
 
-import fcntl
-
 import pytest
 
 from golden import load_config
 from hw.bus.axi_lite import AxiLiteRegs
-from hw.gen.verilog import REPO_ROOT, write_verilog
-from sim.runner import run_cocotb
+from hw.gen.verilog import REPO_ROOT
+from sim.runner import run_cocotb, verilog_for
 
 DELAYS = {"nodelay": 0.0, "delay": 0.35}
 
 
 def regs_verilog(config: str):
-    """Generate (once per content, under a lock shared by xdist workers) the block's Verilog."""
+    """The block's Verilog for ``configs/<config>.toml`` (sim.runner's build cache)."""
     cfg = load_config(REPO_ROOT / "configs" / f"{config}.toml")
-    path = REPO_ROOT / "build" / "verilog" / "axi_lite" / f"axi_lite_regs_{config}.v"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        write_verilog(AxiLiteRegs(cfg), "axi_lite_regs", path)
-    return path
+    return verilog_for(AxiLiteRegs, cfg, "axi_lite_regs").verilog
 
 
 def run(simulator: str, config: str, delay: str):

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import fcntl
-
 import pytest
 
 from golden import load_config
 from hw.blocks.matmul import MatmulEngine
-from hw.gen.verilog import REPO_ROOT, write_verilog
-from sim.runner import run_cocotb
+from hw.gen.verilog import REPO_ROOT
+from sim.runner import run_cocotb, verilog_for
 
 CONFIG = "configs/tiny.toml"
 ARRAYS = [(4, 4), (2, 3)]
@@ -17,14 +15,9 @@ STALLS = {"nostall": (0.0, 0.0), "stall": (0.3, 0.4)}
 
 
 def engine_verilog(rows: int, cols: int):
-    """Generate (once per content, under a lock shared by xdist workers) the engine Verilog."""
-    path = REPO_ROOT / "build" / "verilog" / "matmul" / f"matmul_engine_{rows}x{cols}.v"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """The engine's Verilog for an array of ``rows x cols`` (sim.runner's build cache)."""
     cfg = load_config(REPO_ROOT / CONFIG).replace(array_rows=rows, array_cols=cols)
-    with open(path.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        write_verilog(MatmulEngine(cfg), "matmul_engine", path)
-    return path
+    return verilog_for(MatmulEngine, cfg, "matmul_engine").verilog
 
 
 @pytest.mark.cocotb

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import fcntl
-
 import pytest
 
 from golden import load_config
 from hw.blocks.softmax import SoftmaxUnit
-from hw.gen.verilog import REPO_ROOT, write_verilog
-from sim.runner import run_cocotb
+from hw.gen.verilog import REPO_ROOT
+from sim.runner import run_cocotb, verilog_for
 
 CONFIG = "configs/tiny.toml"
 # (softmax_lanes, max_kv_len): tiny as is, and two lanes with longer rows.
@@ -26,13 +24,8 @@ def softmax_cfg(shape: str):
 
 
 def softmax_verilog(shape: str):
-    """Generate (once per content, under a lock shared by xdist workers) the unit's Verilog."""
-    path = REPO_ROOT / "build" / "verilog" / "softmax" / f"softmax_{shape}.v"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        write_verilog(SoftmaxUnit(softmax_cfg(shape)), "softmax_unit", path)
-    return path
+    """The unit's Verilog for ``shape`` (sim.runner's build cache)."""
+    return verilog_for(SoftmaxUnit, softmax_cfg(shape), "softmax_unit").verilog
 
 
 @pytest.mark.cocotb

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
-
 import pytest
 
 import golden as g
 from hw.attention_top import AttentionTop
-from hw.gen.verilog import REPO_ROOT, write_verilog
-from sim.runner import BUILD_ROOT, run_cocotb
+from hw.gen.verilog import REPO_ROOT
+from sim.runner import run_cocotb, verilog_for
 
 TINY = g.load_config(REPO_ROOT / "configs" / "tiny.toml")
 CONFIGS = {
@@ -24,18 +22,6 @@ CONFIGS = {
 STALLS = {"none": (0.0, 0.0), "stalls": (0.3, 0.4)}
 
 
-def top_verilog(cfg) -> tuple:
-    toml = cfg.to_toml()
-    key = hashlib.sha256(toml.encode()).hexdigest()[:12]
-    folder = BUILD_ROOT / "verilog" / f"top-{cfg.name}-{key}"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.toml").write_text(toml)
-    # Regenerated every time (a few seconds): the file only changes when the hardware does,
-    # and the simulator builds are keyed on its contents.
-    path = write_verilog(AttentionTop(cfg), "attention_top", folder / "attention_top.v")
-    return path, folder / "config.toml"
-
-
 CASES = [("tiny", "none"), ("tiny", "stalls"), ("tiny-2eng", "none"), ("narrow", "stalls")]
 
 
@@ -44,9 +30,9 @@ CASES = [("tiny", "none"), ("tiny", "stalls"), ("tiny-2eng", "none"), ("narrow",
 @pytest.mark.parametrize("config,stalls", CASES)
 def test_attention_top(simulator, config, stalls):
     cfg = CONFIGS[config]
-    verilog, toml = top_verilog(cfg)
+    top = verilog_for(AttentionTop, cfg, "attention_top")
     idle, bp = STALLS[stalls]
-    run_cocotb(sources=[verilog], toplevel="attention_top", test_module="tests.cocotb.top_tb",
+    run_cocotb(sources=[top.verilog], toplevel="attention_top", test_module="tests.cocotb.top_tb",
                simulator=simulator, run_name=f"top-{config}-{stalls}",
-               extra_env={"ATTN_CONFIG": str(toml), "ATTN_SEED": "3",
+               extra_env={"ATTN_CONFIG": str(top.config), "ATTN_SEED": "3",
                           "ATTN_IDLE": str(idle), "ATTN_BACKPRESSURE": str(bp)})

@@ -25,23 +25,22 @@ from pathlib import Path
 
 from hw.attention_top import AttentionTop
 from hw.perf.layer import layer_timing
-from hw.gen.verilog import write_verilog
-from sim.runner import BUILD_ROOT, run_cocotb
+from sim.runner import BUILD_ROOT, run_cocotb, verilog_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def simulate(cfg, lengths, simulator="verilator", overlap=3) -> list[dict]:
-    folder = BUILD_ROOT / "verilog" / f"bench-{cfg.name}-e{cfg.engines}"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.toml").write_text(cfg.to_toml())
-    verilog = write_verilog(AttentionTop(cfg), "attention_top", folder / "attention_top.v")
-    out = folder / "result.json"
+    # The tests' cache: a configuration the tests simulate is not generated or built again.
+    top = verilog_for(AttentionTop, cfg, "attention_top")
+    run_name = f"bench-{cfg.name}-e{cfg.engines}"
+    out = BUILD_ROOT / "bench" / f"{run_name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     # The model is built as for the tests (C++ -O0): with -O1, g++ spent over 12 minutes on
     # one generated file of the tiny top, and the runs are bound by cocotb's Python anyway.
-    run_cocotb(sources=[verilog], toplevel="attention_top", test_module="sim.bench.layer_tb",
-               simulator=simulator, run_name=f"bench-{cfg.name}-e{cfg.engines}",
-               extra_env={"ATTN_CONFIG": str(folder / "config.toml"),
+    run_cocotb(sources=[top.verilog], toplevel="attention_top", test_module="sim.bench.layer_tb",
+               simulator=simulator, run_name=run_name,
+               extra_env={"ATTN_CONFIG": str(top.config),
                           "BENCH_SEQ": ",".join(map(str, lengths)), "BENCH_OUT": str(out),
                           "BENCH_OVERLAP": str(overlap)})
     return json.loads(out.read_text())["runs"]
