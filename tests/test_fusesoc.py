@@ -28,8 +28,8 @@ VLN = f"{CORE_VENDOR}:{CORE_LIBRARY}:{CORE_NAME}"
 @pytest.fixture(scope="module")
 def cores():
     gen = OUT / "gen"
-    assert hw_main(["generate", "--config", "configs/tiny.toml", "--out", str(gen),
-                    "--clock-mhz", "125"]) == 0
+    tiny = str(REPO_ROOT / "configs" / "tiny.toml")    # pytest may start anywhere
+    assert hw_main(["generate", "--config", tiny, "--out", str(gen), "--clock-mhz", "125"]) == 0
     return gen
 
 
