@@ -11,7 +11,15 @@ from hw.blocks.softmax import prob_beat_layout
 from hw.core.arith import cdiv
 from hw.core.geometry import CoreGeometry
 
-__all__ = ["ProbWriter"]
+__all__ = ["ProbWriter", "ProbProgressSignature"]
+
+
+def ProbProgressSignature(geom: CoreGeometry) -> wiring.Signature:
+    """Rows of P written (the writer's side), see :class:`ProbWriter`."""
+    return wiring.Signature({
+        "rows": Out(range(geom.SEQ + 1)), "rows1": Out(range(geom.SEQ + 2), init=1),
+        "row_done": Out(1), "all_rows": Out(1), "all_rows1": Out(1),
+    })
 
 
 class ProbWriter(wiring.Component):
@@ -29,13 +37,12 @@ class ProbWriter(wiring.Component):
         row's final beat. Always ready.
     p_write : ``In(WritePort.Signature)`` per bank (``R``)
         Row ``i`` into bank ``i % R`` at word ``(i // R) * KB + beat``.
-    rows, rows1 : ``Out``
-        Rows written, and that count plus one (a register kept with it, so a consumer compares
-        both from registers and only selects with ``row_done``).
-    row_done : ``Out(1)``
-        A row's last beat is written in this cycle (``rows`` moves on the next).
-    all_rows, all_rows1 : ``Out(1)``
-        ``rows >= seq`` and ``rows1 >= seq``, registers moved with the counts.
+    progress : ``Out(ProbProgressSignature(geom))``
+        ``rows``: rows written; ``rows1``: that count plus one (a register kept with it, so a
+        consumer compares both from registers and only selects with ``row_done``);
+        ``row_done``: a row's last beat is written in this cycle (``rows`` moves on the next);
+        ``all_rows``, ``all_rows1``: ``rows >= seq`` and ``rows1 >= seq``, registers moved
+        with the counts.
 
     Latency: a beat is written in the cycle of its handshake. Throughput: one beat per cycle.
     The write position is counted in registers (row within its tile, which buffer, and the
@@ -48,15 +55,14 @@ class ProbWriter(wiring.Component):
             "start": In(1), "seq": In(geom.lb),
             "probs": In(stream.Signature(prob_beat_layout(geom.cfg))),
             "p_write": In(p_sig).array(geom.R),
-            "rows": Out(range(geom.SEQ + 1)), "rows1": Out(range(geom.SEQ + 2), init=1),
-            "row_done": Out(1), "all_rows": Out(1), "all_rows1": Out(1),
+            "progress": Out(ProbProgressSignature(geom)),
         })
 
     def elaborate(self, platform):
         m = Module()
         g = self.geom
         R, L, KB = g.R, g.L, g.KB
-        pr, seq = self.probs, self.seq
+        pr, seq, pg = self.probs, self.seq, self.progress
         m.d.comb += pr.ready.eq(1)
         pw_rr = Signal(range(R))
         pw_addr = Signal(range(cdiv(g.SEQ, R) * KB + 1))
@@ -69,15 +75,15 @@ class ProbWriter(wiring.Component):
         with m.If(pr.valid):
             m.d.sync += pw_addr.eq(pw_addr + 1)
             with m.If(pr.payload.last):
-                m.d.sync += [self.rows.eq(self.rows1), self.rows1.eq(self.rows1 + 1),
-                             self.all_rows.eq(self.all_rows1),
-                             self.all_rows1.eq(self.rows1 + 1 >= seq),
+                m.d.sync += [pg.rows.eq(pg.rows1), pg.rows1.eq(pg.rows1 + 1),
+                             pg.all_rows.eq(pg.all_rows1),
+                             pg.all_rows1.eq(pg.rows1 + 1 >= seq),
                              pw_rr.eq(pw_rr + 1), pw_addr.eq(pw_base)]
                 with m.If(pw_rr == R - 1):
                     m.d.sync += [pw_rr.eq(0), pw_base.eq(pw_base + KB),
                                  pw_addr.eq(pw_base + KB)]
-        m.d.comb += self.row_done.eq(pr.valid & pr.payload.last)
+        m.d.comb += pg.row_done.eq(pr.valid & pr.payload.last)
         with m.If(self.start):
-            m.d.sync += [self.rows.eq(0), self.rows1.eq(1), pw_rr.eq(0), pw_addr.eq(0),
-                         pw_base.eq(0), self.all_rows.eq(seq == 0), self.all_rows1.eq(seq <= 1)]
+            m.d.sync += [pg.rows.eq(0), pg.rows1.eq(1), pw_rr.eq(0), pw_addr.eq(0),
+                         pw_base.eq(0), pg.all_rows.eq(seq == 0), pg.all_rows1.eq(seq <= 1)]
         return m

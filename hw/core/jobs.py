@@ -1,0 +1,65 @@
+"""The job stream: one matrix product of one head group, as the sequencer issues it.
+
+Every matrix product runs on all engines at once, in lock-step, each on its own head's slice
+(engine ``e`` works on head ``lh * E + e``): ``m x k`` rows of operand A times a ``k x n``
+operand B, optionally plus a bias row and requantized to int8, written to ``dst``.
+"""
+
+from __future__ import annotations
+
+from amaranth.lib import data, enum
+
+
+from hw.core.geometry import CoreGeometry
+
+__all__ = ["ASource", "BSource", "Requant", "Dest", "job_layout"]
+
+
+class ASource(enum.Enum, shape=3):
+    """Operand A: rows of the M side (one element per array row per cycle)."""
+    X = 0        # the input sequence (int8)
+    KV = 1       # the second sequence of a cross run (int8)
+    Q = 2        # Q of the head (int8)
+    P = 3        # probabilities of the head (unsigned, prob_bits)
+    ATTN = 4     # attention output A of every head (int8), for the output projection
+
+
+class BSource(enum.Enum, shape=2):
+    """Operand B: columns of the N side (one element per array column per cycle)."""
+    W = 0        # a weight matrix (Wq, Wk, Wv, Wo: ``JobLayout.w``), the head's rows
+    K = 1        # K of the head, for S = Q K^T
+    V = 2        # V of the head, for A = P V
+
+
+class Requant(enum.Enum, shape=3):
+    """Which run setting's multiplier and shift requantize the result (NONE: raw int32)."""
+    NONE = 0
+    Q = 1
+    K = 2
+    V = 3
+    PV = 4
+    O = 5
+
+
+class Dest(enum.Enum, shape=3):
+    """The buffer the result goes to."""
+    Q = 0
+    K = 1
+    V = 2
+    S = 3        # raw scores, for the softmax
+    ATTN = 4
+    OUT = 5      # the output buffer the streamer reads
+
+
+def job_layout(geom: CoreGeometry) -> data.StructLayout:
+    """A job: sources, weight matrix ``w`` (0..3 = q, k, v, o), ``bias`` (add the bias row of
+    ``w``), requantization, destination, the product's ``m``, ``n``, ``k`` and the head group
+    ``lh``."""
+    lb = geom.lb
+    return data.StructLayout({
+        "a": ASource, "b": BSource, "w": 2, "bias": 1, "rq": Requant, "dst": Dest,
+        "m": lb + 1,
+        "n": max(lb, geom.dk.bit_length()) + 1,
+        "k": max(lb, geom.d.bit_length()) + 1,
+        "lh": range(geom.G + 1),
+    })

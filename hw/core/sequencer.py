@@ -1,0 +1,186 @@
+"""The head sequencer: the job order of one whole multi-head attention layer."""
+
+from __future__ import annotations
+
+from amaranth import *
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from hw.core.geometry import CoreGeometry
+from hw.core.jobs import ASource, BSource, Dest, Requant, job_layout
+from hw.core.layouts import sequence_layout
+from hw.core.streamer import handoff_layout
+
+__all__ = ["HeadSequencer"]
+
+
+class HeadSequencer(wiring.Component):
+    """Takes a loaded sequence and issues the jobs of its attention layer, head group by head
+    group, then hands the finished output buffer to the streamer.
+
+    Job order (``G`` head groups; every job runs on all ``E`` engines at once, engine ``e`` on
+    head ``lh * E + e``):
+
+    1. PROJ, per group: Q = rq_q(X Wq^T + bq), K and V likewise from KV (X, or the second
+       sequence in cross mode): M = seq/kv rows, N = head_dim, K = d_model;
+    2. per group: SCORES, S = Q K^T (raw int32, N = kv rows, K = head_dim), while the softmax
+       feed turns S row by row into P; then PV, A = rq_pv(P V) (K = kv rows, N = head_dim),
+       whose fetch waits for each row tile of P;
+    3. OPROJ, per group: Y[:, cols of the group's heads] = rq_o(A Wo^T + bo), A of all heads;
+    4. HANDOFF: the output buffer to the streamer; the next sequence writes the other one.
+
+    A key/value tile loop belongs inside step 2 (SCORES/PV per key tile), touching only this
+    block and the job fields the datapath reads.
+
+    Members
+    -------
+    loaded : ``In(stream.Signature(sequence_layout(geom)))``
+        The next loaded sequence; taken in IDLE.
+    run : ``Out(sequence_layout(geom))``
+        The settings of the sequence being computed (registers, stable through its jobs).
+    job : ``Out(stream.Signature(job_layout(geom)))``
+        The jobs, ``valid`` for one cycle each (``ready`` is the datapath's registered idle,
+        which is high whenever the sequencer issues); the next job is decided once the
+        datapath is idle again.
+    softmax_start : ``Out(1)``
+        Strobe a cycle after a SCORES job's beat: the score feeds and P writers start.
+    handoff : ``Out(stream.Signature(handoff_layout(geom)))``
+        The finished sequence, to the streamer; ``o_bank`` flips as it is taken.
+    o_bank : ``Out(1)``
+        The output buffer half the jobs write.
+    array_busy, softmax_stall : ``In(1)``
+        Strobes counted while the sequence computes (BUSY_CYCLES, STALL_CYCLES).
+    fault : ``In(1)``
+        An engine rejected a command: abandon the sequence (``flush``, ``error``) instead of
+        waiting for results that never come.
+    flush : ``Out(1)``
+        The datapath returns to idle this cycle (the sequence is abandoned).
+    busy : ``Out(1)``
+        A sequence is being computed or waits for the streamer.
+    """
+
+    def __init__(self, geom: CoreGeometry):
+        self.geom = geom
+        super().__init__({
+            "loaded": In(stream.Signature(sequence_layout(geom))),
+            "run": Out(sequence_layout(geom)),
+            "job": Out(stream.Signature(job_layout(geom))),
+            "softmax_start": Out(1),
+            "handoff": Out(stream.Signature(handoff_layout(geom))),
+            "o_bank": Out(1),
+            "array_busy": In(1), "softmax_stall": In(1),
+            "fault": In(1), "flush": Out(1), "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        geom = self.geom
+        G, dk, d = geom.G, geom.dk, geom.d
+        run, job = self.run, self.job.payload
+        seq, kvrows, cross = run.seq, run.kvrows, run.cross
+        job_go = self.job.valid
+        # The datapath is idle and no job was issued in the cycle before (job_go masks the
+        # cycle in which the registered idle still shows the job just issued as done).
+        job_done = self.job.ready & ~job_go
+
+        g = Signal(range(G + 1))      # head group
+        pj = Signal(2)                # projection: 0 = Q, 1 = K, 2 = V
+        running = Signal()
+        run_busy = Signal(32)
+        run_stall = Signal(32)
+        with m.If(running & self.array_busy):
+            m.d.sync += run_busy.eq(run_busy + 1)
+        with m.If(running & self.softmax_stall):
+            m.d.sync += run_stall.eq(run_stall + 1)
+
+        # The softmax feed of a scores job starts a cycle after its job beat, from a register
+        # (the decision reached the feeds' and the P writers' counters by both softmax units
+        # in the same cycle); its first read waits for score rows, tens of cycles later.
+        m.d.sync += self.softmax_start.eq(0)
+
+        def issue(**fields):
+            m.d.sync += job_go.eq(1)
+            m.d.sync += [job[k].eq(v) for k, v in fields.items()]
+
+        def scores_job(lh):
+            issue(a=ASource.Q, b=BSource.K, bias=0, rq=Requant.NONE, dst=Dest.S, m=seq,
+                  n=kvrows, k=dk, lh=lh)
+            m.d.sync += self.softmax_start.eq(1)
+
+        def abandon_on_fault():
+            with m.If(self.fault):
+                m.d.comb += self.flush.eq(1)
+                m.d.sync += running.eq(0)
+                m.next = "IDLE"
+
+        with m.FSM(name="seq") as seq_fsm:
+            with m.State("IDLE"):
+                m.d.comb += self.loaded.ready.eq(1)
+                with m.If(self.loaded.valid):
+                    # Take the loaded sequence: its settings, its input buffer.
+                    m.d.sync += run.eq(self.loaded.payload)
+                    m.d.sync += [g.eq(0), pj.eq(0), running.eq(1), run_busy.eq(0),
+                                 run_stall.eq(0)]
+                    issue(a=ASource.X, b=BSource.W, w=0, bias=1, rq=Requant.Q, dst=Dest.Q,
+                          m=self.loaded.payload.seq, n=dk, k=d, lh=0)
+                    m.next = "PROJ"
+            with m.State("PROJ"):
+                with m.If(job_done):
+                    with m.If(pj == 2):
+                        with m.If(g + 1 == G):
+                            m.d.sync += [g.eq(0), pj.eq(0)]
+                            scores_job(lh=0)
+                            m.next = "SCORES"
+                        with m.Else():
+                            m.d.sync += [g.eq(g + 1), pj.eq(0)]
+                            issue(a=ASource.X, w=0, rq=Requant.Q, dst=Dest.Q, m=seq, lh=g + 1)
+                    with m.Else():
+                        m.d.sync += pj.eq(pj + 1)
+                        issue(a=Mux(cross, ASource.KV, ASource.X), m=kvrows, w=pj + 1,
+                              rq=Mux(pj == 0, Requant.K, Requant.V),
+                              dst=Mux(pj == 0, Dest.K, Dest.V))
+                abandon_on_fault()
+            with m.State("SCORES"):
+                # The softmax unit works on rows as soon as their scores are written.
+                with m.If(job_done):
+                    issue(a=ASource.P, b=BSource.V, bias=0, rq=Requant.PV, dst=Dest.ATTN, m=seq,
+                          n=dk, k=kvrows)
+                    m.next = "PV"
+                abandon_on_fault()
+            with m.State("PV"):
+                with m.If(job_done):
+                    with m.If(g + 1 == G):
+                        m.d.sync += g.eq(0)
+                        issue(a=ASource.ATTN, b=BSource.W, w=3, bias=1, rq=Requant.O,
+                              dst=Dest.OUT, m=seq, n=dk, k=d, lh=0)
+                        m.next = "OPROJ"
+                    with m.Else():
+                        m.d.sync += g.eq(g + 1)
+                        scores_job(lh=g + 1)
+                        m.next = "SCORES"
+                abandon_on_fault()
+            with m.State("OPROJ"):
+                with m.If(job_done):
+                    with m.If(g + 1 == G):
+                        m.d.sync += running.eq(0)
+                        m.next = "HANDOFF"
+                    with m.Else():
+                        m.d.sync += g.eq(g + 1)
+                        issue(lh=g + 1)
+                abandon_on_fault()
+            with m.State("HANDOFF"):
+                # The output buffer is complete: hand it to the streamer once that has
+                # finished the previous sequence, and write the other buffer next. (seq >= 1:
+                # the register block refuses SEQ_LEN 0, so there is a word to stream.)
+                ho = self.handoff
+                m.d.comb += [ho.valid.eq(1), ho.payload.seq.eq(seq),
+                             ho.payload.bank.eq(self.o_bank), ho.payload.t0.eq(run.t0),
+                             ho.payload.busy.eq(run_busy), ho.payload.stall.eq(run_stall)]
+                with m.If(ho.ready):
+                    m.d.sync += self.o_bank.eq(~self.o_bank)
+                    m.next = "IDLE"
+        # A job beat lasts one cycle: the datapath's ready is high whenever one is issued.
+        with m.If(job_go & self.job.ready):
+            m.d.sync += job_go.eq(0)
+        m.d.comb += self.busy.eq(~seq_fsm.ongoing("IDLE"))
+        return m
