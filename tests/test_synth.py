@@ -19,6 +19,7 @@ import pytest
 from amaranth import Elaboratable, Module, Signal
 from amaranth.back import rtlil
 from amaranth.lib.memory import Memory
+from amaranth.lib import stream
 from amaranth.sim import Simulator
 
 from golden import load_config
@@ -48,7 +49,7 @@ def _synth(*args, out=None):
 
 @pytest.mark.parametrize("p_in,p_out", [(1.0, 1.0), (0.5, 0.7), (0.9, 0.3)])
 def test_register_slice_is_lossless_and_in_order(p_in, p_out):
-    dut = RegisterSlice(8)
+    dut = RegisterSlice(stream.Signature(8))
     rng = random.Random(int(p_in * 10 + p_out * 100))
     sent, received = [], []
     cycles = 300
@@ -57,14 +58,14 @@ def test_register_slice_is_lossless_and_in_order(p_in, p_out):
         value = 0
         for _ in range(cycles):
             valid = rng.random() < p_in
-            ctx.set(dut.i_valid, valid)
-            ctx.set(dut.i_data, value)
-            ctx.set(dut.o_ready, rng.random() < p_out)
-            if valid and ctx.get(dut.i_ready):
+            ctx.set(dut.i_stream.valid, valid)
+            ctx.set(dut.i_stream.payload, value)
+            ctx.set(dut.o_stream.ready, rng.random() < p_out)
+            if valid and ctx.get(dut.i_stream.ready):
                 sent.append(value)
                 value = (value + 1) % 256
-            if ctx.get(dut.o_valid) and ctx.get(dut.o_ready):
-                received.append(ctx.get(dut.o_data))
+            if ctx.get(dut.o_stream.valid) and ctx.get(dut.o_stream.ready):
+                received.append(ctx.get(dut.o_stream.payload))
             await ctx.tick()
 
     sim = Simulator(dut)

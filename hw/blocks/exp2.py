@@ -12,6 +12,7 @@ from amaranth.lib.wiring import In, Out
 from golden.config import AttentionConfig
 from golden.softmax import exp_table
 
+from hw.blocks.delay import DelayLine
 from hw.blocks.dsp import RegisteredMultiplier, WideMultiplier
 
 __all__ = ["Exp2Unit"]
@@ -92,11 +93,10 @@ class Exp2Unit(wiring.Component):
 
         def delay(value, stages, name):
             """``value`` through ``stages`` registers."""
-            for i in range(stages):
-                nxt = Signal.like(value, name=f"{name}_{i}", reset_less=True)
-                m.d.sync += nxt.eq(value)
-                value = nxt
-            return value
+            m.submodules[f"{name}_delay"] = line = DelayLine(value.shape(), stages,
+                                                             reset_less=True)
+            m.d.comb += line.value.eq(value)
+            return line.delayed
 
         # 1.-4. the product; its width covers the largest diff times the largest multiplier.
         m.submodules.mult = mult = WideMultiplier(unsigned(cfg.score_diff_bits),

@@ -8,7 +8,9 @@ from amaranth.lib.wiring import In, Out
 
 from golden.config import AttentionConfig
 
+from hw.blocks.delay import DelayLine
 from hw.blocks.dsp import WideMultiplier
+from hw.blocks.queue import StreamQueue
 from hw.blocks.systolic import SystolicArray
 
 __all__ = ["MatmulEngine", "operand_widths"]
@@ -430,13 +432,9 @@ class MatmulEngine(wiring.Component):
             mul = WideMultiplier(sum_shape, unsigned(mult_bits))
             m.submodules[f"requant_mult_{c}"] = mul
             m.d.comb += [mul.en.eq(go), mul.a.eq(q1_sum[c]), mul.b.eq(q1_mult)]
-            product = mul.p
-            for i in range(PL - mul.latency):
-                padded = Signal.like(product, name=f"product_pad_{c}_{i}")
-                with m.If(go):
-                    m.d.sync += padded.eq(product)
-                product = padded
-            products.append(product)
+            m.submodules[f"product_pad_{c}"] = pad = DelayLine(mul.p.shape(), PL - mul.latency)
+            m.d.comb += [pad.value.eq(mul.p), pad.en.eq(go)]
+            products.append(pad.delayed)
 
         qmax = (1 << (cfg.act_bits - 1)) - 1
         qmin = -(1 << (cfg.act_bits - 1))
@@ -504,31 +502,15 @@ class MatmulEngine(wiring.Component):
             m.d.comb += out_row.data[c].eq(Mux(q7.col_mask[c], value, 0))
 
         # ---------------------------------------------------------- output buffer
-        # A ring of OUT_DEPTH entries: a pushed row goes into entry ``wr``, the result beat is
-        # entry ``rd``. A pop moves only ``rd`` (a shift queue's pop reached the enables of
-        # every entry, C x acc_bits x OUT_DEPTH flip-flops, and was the routed top's worst
-        # path); the write select ``wsel`` (one-hot, push & entry) and ``push`` are
-        # registers, computed a cycle ahead with the enable.
-        entries = [Signal(self.result_layout, name=f"out_{i}", reset_less=True)
-                   for i in range(OUT_DEPTH)]
+        # A ring of OUT_DEPTH result rows (a pop moves only the read pointer); ``push`` and the
+        # ring's one-hot write select are registers, computed a cycle ahead with the enable.
+        m.submodules.out_queue = out_queue = StreamQueue(
+            self.result_layout, OUT_DEPTH, checked=False, announced=True)
         push = Signal()
-        wsel = Signal(OUT_DEPTH)
-        wr = Signal(range(OUT_DEPTH))
-        rd = Signal(range(OUT_DEPTH))
-        # out_valid = out_count != 0, a register updated with the count.
-        out_valid = Signal()
-        pop = out_valid & self.result.ready
-        m.d.comb += [self.result.valid.eq(out_valid),
-                     self.result.payload.eq(Array(entries)[rd])]
-        for i in range(OUT_DEPTH):
-            with m.If(wsel[i]):
-                m.d.sync += entries[i].eq(out_row)
-        with m.If(push):
-            m.d.sync += wr.eq(Mux(wr == OUT_DEPTH - 1, 0, wr + 1))
-        with m.If(pop):
-            m.d.sync += rd.eq(Mux(rd == OUT_DEPTH - 1, 0, rd + 1))
-        m.d.sync += [out_count.eq(out_count + push - pop),
-                     out_valid.eq(out_count + push - pop != 0)]
+        push_next = Signal()
+        m.d.comb += [out_queue.w_stream.valid.eq(push), out_queue.w_stream.payload.eq(out_row),
+                     out_queue.w_next.eq(push_next), out_count.eq(out_queue.level)]
+        wiring.connect(m, out_queue.r_stream, wiring.flipped(self.result))
 
         # ---------------------------------------------------------- next step enable
         # The next cycle's row at the array output is row 0 of a tile iff the array advances
@@ -541,8 +523,6 @@ class MatmulEngine(wiring.Component):
         m.d.comb += advance_next.eq(room_next & ~(row_first_next & head_next_bias_en
                                                   & ~bias_buf_valid_next))
         q7_valid_next = Mux(go, meta[PL + 2].valid, q7.valid)
-        push_next = advance_next & q7_valid_next
-        wr_next = Mux(push, Mux(wr == OUT_DEPTH - 1, 0, wr + 1), wr)
-        m.d.sync += [advance.eq(advance_next), stall.eq(~advance_next), push.eq(push_next),
-                     wsel.eq(Cat(*(push_next & (wr_next == i) for i in range(OUT_DEPTH))))]
+        m.d.comb += push_next.eq(advance_next & q7_valid_next)
+        m.d.sync += [advance.eq(advance_next), stall.eq(~advance_next), push.eq(push_next)]
         return m

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Elaboratable, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -10,8 +10,10 @@ from amaranth.lib.wiring import In, Out
 from golden.config import AttentionConfig
 
 from hw.blocks.divider import ReciprocalDivider
+from hw.blocks.delay import DelayLine
 from hw.blocks.dsp import WideMultiplier
 from hw.blocks.exp2 import Exp2Unit
+from hw.blocks.queue import StreamQueue
 
 __all__ = ["SoftmaxUnit", "SoftmaxGeometry", "score_beat_layout", "prob_beat_layout"]
 
@@ -261,10 +263,12 @@ class SoftmaxUnit(wiring.Component):
         e_rd = exp_ring.read_port(domain="sync")
         # Row descriptors. Every queued row holds at least one ring slot, so a queue as deep as
         # its ring can never be full when written (no extra flow control needed).
-        m.submodules.max_queue = max_queue = _DescriptorQueue(
-            width=cfg.score_bits + beats_shape.width, depth=s_depth)
-        m.submodules.recip_queue = recip_queue = _DescriptorQueue(
-            width=R + 1 + lead_shape.width + beats_shape.width, depth=e_depth)
+        m.submodules.max_queue = max_queue = StreamQueue(
+            cfg.score_bits + beats_shape.width, s_depth, storage="distributed",
+            checked=False)
+        m.submodules.recip_queue = recip_queue = StreamQueue(
+            R + 1 + lead_shape.width + beats_shape.width, e_depth, storage="distributed",
+            checked=False)
 
         s_level = Signal(range(s_depth + 1))   # score-ring slots written and not yet read
         e_level = Signal(range(e_depth + 1))   # exp-ring slots reserved and not yet read
@@ -340,10 +344,10 @@ class SoftmaxUnit(wiring.Component):
         s_write = Signal()
         # The row's (max, beats) is registered before the queue write (the comparison and the
         # queue's write port do not fit one cycle together).
-        q_wdata, q_wen = Signal(len(max_queue.w_data)), Signal()
+        q_wdata, q_wen = Signal(len(max_queue.w_stream.payload)), Signal()
         m.d.comb += [s_write.eq(r1_valid & ~stall_in),
                      s_wr.addr.eq(s_waddr), s_wr.data.eq(r1), s_wr.en.eq(s_write),
-                     max_queue.w_data.eq(q_wdata), max_queue.w_en.eq(q_wen)]
+                     max_queue.w_stream.payload.eq(q_wdata), max_queue.w_stream.valid.eq(q_wen)]
         m.d.sync += [q_wdata.eq(Cat(row_max ^ sign, (run_beats + 1)[:beats_shape.width])),
                      q_wen.eq(s_write & r1_seg_end)]
         with m.If(s_write):
@@ -378,8 +382,8 @@ class SoftmaxUnit(wiring.Component):
         e_room = Signal(init=1)           # e_level < e_depth
         m.d.comb += [
             s_issue.eq(x_active & e_room),
-            x_load.eq(max_queue.r_rdy & (~x_active | (s_issue & x_one))),
-            max_queue.r_en.eq(x_load),
+            x_load.eq(max_queue.r_stream.valid & (~x_active | (s_issue & x_one))),
+            max_queue.r_stream.ready.eq(x_load),
             s_rd.addr.eq(x_raddr), s_rd.en.eq(1),
         ]
         with m.If(s_issue):
@@ -388,9 +392,9 @@ class SoftmaxUnit(wiring.Component):
             with m.If(x_one):
                 m.d.sync += x_active.eq(0)
         with m.If(x_load):
-            x_row_beats = max_queue.r_data[cfg.score_bits:]
+            x_row_beats = max_queue.r_stream.payload[cfg.score_bits:]
             m.d.sync += [x_active.eq(1),
-                         x_max.eq(max_queue.r_data[:cfg.score_bits]),
+                         x_max.eq(max_queue.r_stream.payload[:cfg.score_bits]),
                          x_left.eq(x_row_beats), x_one.eq(x_row_beats == 1),
                          x_beats.eq(x_row_beats)]
 
@@ -451,8 +455,8 @@ class SoftmaxUnit(wiring.Component):
         m.submodules.divider = divider = ReciprocalDivider(S, R, tag_width=beats_shape.width)
         m.d.comb += [divider.i_valid.eq(xs.valid & xs.row_end), divider.i_sum.eq(total),
                      divider.i_tag.eq(xs.beats),
-                     recip_queue.w_en.eq(divider.o_valid),
-                     recip_queue.w_data.eq(Cat(divider.o_recip, divider.o_lead, divider.o_tag))]
+                     recip_queue.w_stream.valid.eq(divider.o_valid),
+                     recip_queue.w_stream.payload.eq(Cat(divider.o_recip, divider.o_lead, divider.o_tag))]
 
         # ================================================================ normalise
         # The output register has a spare register behind it (a skid buffer): a beat that
@@ -475,11 +479,11 @@ class SoftmaxUnit(wiring.Component):
         n_one = Signal()                  # n_left == 1
         m.d.comb += [
             e_issue.eq(n_active & ~stall_out),
-            n_load.eq(recip_queue.r_rdy & ~stall_out & (~n_active | (e_issue & n_one))),
-            recip_queue.r_en.eq(n_load),
+            n_load.eq(recip_queue.r_stream.valid & ~stall_out & (~n_active | (e_issue & n_one))),
+            recip_queue.r_stream.ready.eq(n_load),
             e_rd.addr.eq(n_raddr), e_rd.en.eq(~hold),
         ]
-        q_fields = recip_queue.r_data
+        q_fields = recip_queue.r_stream.payload
         with m.If(e_issue):
             m.d.sync += [n_raddr.eq(_wrap_incr(n_raddr, e_depth)), n_left.eq(n_left - 1),
                          n_one.eq(n_left == 2)]
@@ -534,12 +538,10 @@ class SoftmaxUnit(wiring.Component):
         out_valid = Signal()
         out, spare, beat = (Signal(prob_beat_layout(cfg), name=nm)
                             for nm in ("out", "spare", "beat"))
-        for i in range(WideMultiplier.latency_for(unsigned(W + 1), unsigned(R + 1))):
-            nxt = Signal(len(side), name=f"norm_side{i}")
-            with m.If(en):
-                m.d.sync += nxt.eq(side)
-            side = nxt
-        m.d.comb += Cat(p_valid, p_vshift, p_row, p_last).eq(side)
+        m.submodules.norm_side = norm_side = DelayLine(
+            len(side), WideMultiplier.latency_for(unsigned(W + 1), unsigned(R + 1)))
+        m.d.comb += [norm_side.value.eq(side), norm_side.en.eq(en),
+                     Cat(p_valid, p_vshift, p_row, p_last).eq(norm_side.delayed)]
         with m.If(en):
             m.d.sync += [n1_valid.eq(e_issue), n1_recip.eq(n_recip), n1_vshift.eq(n_vshift),
                          n1b_valid.eq(n1_valid), n1b_recip.eq(n1_recip),
@@ -567,53 +569,6 @@ class SoftmaxUnit(wiring.Component):
         with m.Elif(taken):
             m.d.sync += [out.eq(spare), hold.eq(0), go.eq(1)]
         m.d.comb += [self.probs.valid.eq(out_valid), self.probs.payload.eq(out)]
-        return m
-
-
-class _DescriptorQueue(Elaboratable):
-    """A :class:`~amaranth.lib.fifo.SyncFIFOBuffered` (same ports, same cycle behaviour, depth
-    >= 2, except that a write to a full queue is not refused: the owner must not make one)
-    whose storage is read asynchronously (LUT RAM) into a flip-flop output register, so
-    ``r_data`` comes from a flip-flop. (SyncFIFOBuffered's ``r_data`` is the memory's read
-    port, which Yosys maps to block RAM for deep queues; a DP16KD's clock-to-output alone takes
-    most of a 150 MHz cycle on ECP5.)"""
-
-    def __init__(self, *, width: int, depth: int):
-        assert depth >= 2
-        self.width, self.depth = width, depth
-        self.w_en, self.w_data, self.w_rdy = Signal(), Signal(width), Signal()
-        self.r_en, self.r_data, self.r_rdy = Signal(), Signal(width), Signal()
-
-    def elaborate(self, platform):
-        m = Module()
-        inner_depth = self.depth - 1
-        inner_level = Signal(range(inner_depth + 1))
-        inner_r_rdy = Signal()
-        m.d.comb += [self.w_rdy.eq(inner_level != inner_depth), inner_r_rdy.eq(inner_level != 0)]
-        do_write = self.w_en      # the owner never writes a full queue (see SoftmaxUnit)
-        do_inner_read = inner_r_rdy & (~self.r_rdy | self.r_en)
-        # ram_style: keep Yosys from turning the read and its register into a block RAM.
-        m.submodules.storage = storage = Memory(shape=self.width, depth=inner_depth, init=[],
-                                                attrs={"ram_style": "distributed"})
-        w_port = storage.write_port()
-        r_port = storage.read_port(domain="comb")
-        produce = Signal(range(inner_depth))
-        consume = Signal(range(inner_depth))
-        m.d.comb += [w_port.addr.eq(produce), w_port.data.eq(self.w_data),
-                     w_port.en.eq(do_write), r_port.addr.eq(consume)]
-        with m.If(do_write):
-            m.d.sync += produce.eq(_wrap_incr(produce, inner_depth))
-        with m.If(do_inner_read):
-            m.d.sync += [consume.eq(_wrap_incr(consume, inner_depth)),
-                         self.r_data.eq(r_port.data)]
-        with m.If(do_write & ~do_inner_read):
-            m.d.sync += inner_level.eq(inner_level + 1)
-        with m.If(do_inner_read & ~do_write):
-            m.d.sync += inner_level.eq(inner_level - 1)
-        with m.If(do_inner_read):
-            m.d.sync += self.r_rdy.eq(1)
-        with m.Elif(self.r_en):
-            m.d.sync += self.r_rdy.eq(0)
         return m
 
 

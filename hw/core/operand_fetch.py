@@ -6,6 +6,7 @@ from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from hw.blocks.queue import StreamQueue
 from hw.core.arith import divmod_const, element_of, mixed_radix, or_all
 from hw.core.buffers import CoreBuffers
 from hw.core.geometry import CoreGeometry
@@ -104,13 +105,23 @@ class OperandFetch(wiring.Component):
         advance = Signal(init=1)
         push = Signal()
         m.d.comb += push.eq(advance & sb_valid)
-        opq_valid = Signal(E)          # per engine: its queue is not empty
-        opq_count = [Signal(range(OPQ_DEPTH + 1), name=f"opq{e}_count") for e in range(E)]
-        opq_pop = Signal(E)
-        m.d.sync += advance.eq(Cat(*[c + push <= OPQ_DEPTH - 1 for c in opq_count]).all())
+        # s2: each engine's operand queue, emptied by a flush.
+        beat_layout = data.StructLayout({
+            "a": data.ArrayLayout(signed(self.a_width), R),
+            "b": data.ArrayLayout(signed(self.b_width), C)})
+        queues = []
         for e in range(E):
-            count_next = opq_count[e] + push - opq_pop[e]
-            m.d.sync += [opq_count[e].eq(count_next), opq_valid[e].eq(count_next != 0)]
+            q = StreamQueue(beat_layout, OPQ_DEPTH, checked=False)
+            m.submodules[f"operand_queue{e}"] = ResetInserter({"sync": self.flush})(q)
+            a, b = self.a[e], self.b[e]
+            m.d.comb += [q.w_stream.valid.eq(push),
+                         a.valid.eq(q.r_stream.valid), b.valid.eq(q.r_stream.valid),
+                         a.payload.eq(q.r_stream.payload.a), b.payload.eq(q.r_stream.payload.b),
+                         q.r_stream.ready.eq(a.ready)]
+            queues.append(q)
+        opq_valid = Cat(*[q.r_stream.valid for q in queues])
+        opq_pop = Cat(*[q.r_stream.valid & q.r_stream.ready for q in queues])
+        m.d.sync += advance.eq(Cat(*[q.level + push <= OPQ_DEPTH - 1 for q in queues]).all())
         m.d.comb += [job.ready.eq(~f_active & ~s0_valid & ~s1_valid & ~sd_valid & ~sb_valid
                                   & (opq_valid == 0)),
                      self.beat_taken.eq(opq_pop[0])]
@@ -258,20 +269,17 @@ class OperandFetch(wiring.Component):
             for pg in self.progress
         ]).all())
 
-        queue_pointers = []
-        self._datapath(m, advance, push, opq_valid, opq_pop, s0_a_addr, s0_b_addr,
-                       s1_a_lane, s1_b_lane, sb_ahot, sb_src_b, sb_bmask, queue_pointers)
+        self._datapath(m, advance, queues, s0_a_addr, s0_b_addr, s1_a_lane, s1_b_lane, sb_ahot,
+                       sb_src_b, sb_bmask)
 
         with m.If(self.flush):
             m.d.sync += [f_active.eq(0), s0_valid.eq(0), s1_valid.eq(0), sd_valid.eq(0),
-                         sb_valid.eq(0), advance.eq(1), opq_valid.eq(0)]
-            m.d.sync += [c.eq(0) for c in opq_count]
-            m.d.sync += [p.eq(0) for p in queue_pointers]
+                         sb_valid.eq(0), advance.eq(1)]
         return m
 
-    def _datapath(self, m, advance, push, opq_valid, opq_pop, s0_a_addr, s0_b_addr,
-                  s1_a_lane, s1_b_lane, sb_ahot, sb_src_b, sb_bmask, queue_pointers):
-        """Read ports, the sd and sb stages, and each engine's operand queue (s2)."""
+    def _datapath(self, m, advance, queues, s0_a_addr, s0_b_addr, s1_a_lane, s1_b_lane,
+                  sb_ahot, sb_src_b, sb_bmask):
+        """Read ports, the sd and sb stages, and the beats into each engine's queue (s2)."""
         g = self.geom
         R, C, E, L = g.R, g.C, g.E, g.L
         PB = g.cfg.prob_bits
@@ -389,27 +397,6 @@ class OperandFetch(wiring.Component):
                     BSource.V: vb.as_signed()})
                 b_beat.append(Mux(sb_bmask[c], val, 0).as_signed())
 
-            # s2: the engine's operand queue (registers; written in turn, read in turn).
-            beat_layout = data.StructLayout({
-                "a": data.ArrayLayout(signed(a_width), R),
-                "b": data.ArrayLayout(signed(b_width), C)})
-            entries = [Signal(beat_layout, name=f"s2_e{e}_{i}", reset_less=True)
-                       for i in range(OPQ_DEPTH)]
-            wr = Signal(range(OPQ_DEPTH), name=f"opq{e}_wr")
-            rd = Signal(range(OPQ_DEPTH), name=f"opq{e}_rd")
-            beat = Signal(beat_layout, name=f"s2_beat{e}")
+            beat = queues[e].w_stream.payload
             m.d.comb += [beat.a[r].eq(a_beat[r]) for r in range(R)]
             m.d.comb += [beat.b[c].eq(b_beat[c]) for c in range(C)]
-            with m.If(push):
-                m.d.sync += [Array(entries)[wr].eq(beat),
-                             wr.eq(Mux(wr == OPQ_DEPTH - 1, 0, wr + 1))]
-            with m.If(opq_pop[e]):
-                m.d.sync += rd.eq(Mux(rd == OPQ_DEPTH - 1, 0, rd + 1))
-            head = Array(entries)[rd]
-            a, b = self.a[e], self.b[e]
-            m.d.comb += [
-                a.valid.eq(opq_valid[e]), b.valid.eq(opq_valid[e]),
-                a.payload.eq(head.a), b.payload.eq(head.b),
-                opq_pop[e].eq(opq_valid[e] & a.ready),
-            ]
-            queue_pointers += [wr, rd]

@@ -111,8 +111,8 @@ class OutputStreamer(wiring.Component):
         # y_out leaves through a register slice: the streamer's enables (about 200 flip-flops
         # and the output buffers' read enables, by both engines) follow the slice's registered
         # ready, not y_out.ready, which comes from outside the IP.
-        m.submodules.y_slice = y_slice = RegisterSlice(33)
-        o_adv = ~os2_valid | (os2_k != K - 1) | y_slice.i_ready
+        m.submodules.y_slice = y_slice = RegisterSlice(WordStream)
+        o_adv = ~os2_valid | (os2_k != K - 1) | y_slice.i_stream.ready
         for e in range(E):
             m.d.comb += [o_rps[e].addr.eq(Cat(o_addr, st_bank)),
                          o_rps[e].en.eq(o_adv)]
@@ -147,11 +147,9 @@ class OutputStreamer(wiring.Component):
             word = Cat(assemble, chunk)
         else:
             word = chunk
-        m.d.comb += [y_slice.i_valid.eq(o_out), y_slice.i_data.eq(Cat(word, os2_last)),
-                     self.y_out.valid.eq(y_slice.o_valid),
-                     self.y_out.payload.data.eq(y_slice.o_data[:32]),
-                     self.y_out.payload.last.eq(y_slice.o_data[32]),
-                     y_slice.o_ready.eq(self.y_out.ready)]
+        m.d.comb += [y_slice.i_stream.valid.eq(o_out), y_slice.i_stream.payload.data.eq(word),
+                     y_slice.i_stream.payload.last.eq(os2_last)]
+        wiring.connect(m, y_slice.o_stream, wiring.flipped(self.y_out))
 
         # The handoff: the sequence's settings and counts, and the read position from row 0.
         h = self.handoff.payload

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from amaranth.hdl import (Cat, ClockDomain, ClockSignal, DomainRenamer, Module, ResetSignal,
                           Shape, Signal)
-from amaranth.lib import wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.blocks.register_slice import RegisterSlice
@@ -146,14 +146,13 @@ class SynthWrapper(wiring.Component):
             top_payload = Cat(*(getattr(top, p) for p in payload))
             width = len(top_payload)
             # rs_<name> by the pins; rs2_<name> (if two slices) by the top.
-            rs = [RegisterSlice(width) for _ in range(self.slices)]
+            rs = [RegisterSlice(stream.Signature(width)) for _ in range(self.slices)]
             for i, slice_ in enumerate(rs):
                 m.submodules[f"rs{'' if i == 0 else i + 1}_{name}"] = core(slice_)
             for a, b in zip(rs, rs[1:]):
                 if direction == "out":
                     a, b = b, a
-                m.d.comb += [b.i_valid.eq(a.o_valid), b.i_data.eq(a.o_data),
-                             a.o_ready.eq(b.i_ready)]
+                wiring.connect(m, a.o_stream, b.i_stream)
             pin_side = rs[0]
             top_side = rs[-1]
             if direction == "in":
@@ -162,22 +161,22 @@ class SynthWrapper(wiring.Component):
                 else:
                     src = chain[offset:offset + width]
                     offset += width
-                m.d.comb += [pin_side.i_valid.eq(getattr(self, valid)),
-                             pin_side.i_data.eq(src),
-                             getattr(self, ready).eq(pin_side.i_ready),
-                             getattr(top, valid).eq(top_side.o_valid),
-                             top_payload.eq(top_side.o_data),
-                             top_side.o_ready.eq(getattr(top, ready))]
+                m.d.comb += [pin_side.i_stream.valid.eq(getattr(self, valid)),
+                             pin_side.i_stream.payload.eq(src),
+                             getattr(self, ready).eq(pin_side.i_stream.ready),
+                             getattr(top, valid).eq(top_side.o_stream.valid),
+                             top_payload.eq(top_side.o_stream.payload),
+                             top_side.o_stream.ready.eq(getattr(top, ready))]
             else:
-                m.d.comb += [top_side.i_valid.eq(getattr(top, valid)),
-                             top_side.i_data.eq(top_payload),
-                             getattr(top, ready).eq(top_side.i_ready),
-                             getattr(self, valid).eq(pin_side.o_valid),
-                             pin_side.o_ready.eq(getattr(self, ready))]
+                m.d.comb += [top_side.i_stream.valid.eq(getattr(top, valid)),
+                             top_side.i_stream.payload.eq(top_payload),
+                             getattr(top, ready).eq(top_side.i_stream.ready),
+                             getattr(self, valid).eq(pin_side.o_stream.valid),
+                             pin_side.o_stream.ready.eq(getattr(self, ready))]
                 if self.io == "full":
-                    m.d.comb += Cat(*(getattr(self, p) for p in payload)).eq(pin_side.o_data)
+                    m.d.comb += Cat(*(getattr(self, p) for p in payload)).eq(pin_side.o_stream.payload)
                 else:
-                    m.d.core += getattr(self, f"{name}_x").eq(pin_side.o_data.xor())
+                    m.d.core += getattr(self, f"{name}_x").eq(pin_side.o_stream.payload.xor())
         for p in _PLAIN_OUTPUTS:
             m.d.core += getattr(self, p).eq(getattr(top, p))
         return m
