@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
 import pytest
 from amaranth.hdl import Fragment
@@ -13,7 +11,8 @@ import golden as g
 from hw.core.attention_core import AttentionCore, ERROR_CAUSES
 from hw.perf.layer import layer_timing
 from hw.bus.regmap import build_regmap, pack_window
-from sim.axis import pack_rows, unpack_words
+from sim.amaranth_streams import StreamConsumer, StreamProducer, simulate
+from sim.bus import pack_rows, unpack_words
 from sim.collisions import CollisionScramble
 from sim.layers import make_case
 from hw.gen.verilog import REPO_ROOT
@@ -24,20 +23,27 @@ TINY = g.load_config(REPO_ROOT / "configs" / "tiny.toml")
 def run_core(cfg, layer, runs, *, idle=0.0, backpressure=0.0, seed=0, max_cycles=200_000,
              collisions=None):
     """Simulate ``runs`` (list of dicts: x, kv, causal, key_len, and optional 'words' to send
-    instead of the packed input) on one core after loading ``layer``; returns a list of
-    (output words, error_cause or None, counters: the CYCLES/BUSY/STALL outputs of a run).
+    instead of the packed input, with 'lasts', the indices of words with ``last``) on one core
+    after loading ``layer``; returns a list of (output words, error_cause or None, counters:
+    the CYCLES/BUSY/STALL outputs of a run).
+
+    The input goes through a :class:`sim.amaranth_streams.StreamProducer` (random idle cycles)
+    and the output into a :class:`~sim.amaranth_streams.StreamConsumer` (random
+    backpressure). A run's words are queued before its START, so with ``idle`` 0 the first
+    word is taken in the loader's first cycle, as the cycle model assumes.
 
     Every ``no_rw_check`` buffer returns scrambled data on a read that collides with a write
     (:class:`sim.collisions.CollisionScramble`), so the exact comparisons also check that no
     such read is used. ``collisions``, if a dict, receives the count of colliding reads per
     buffer."""
     core = AttentionCore(cfg)
-    rmap = build_regmap(cfg)
-    window = pack_window(rmap, layer)
-    rng = random.Random(seed)
+    window = pack_window(build_regmap(cfg), layer)
+    source = StreamProducer(core.x_in, idle=idle, seed=seed, forever=True)
+    sink = StreamConsumer(core.y_out, None, backpressure=backpressure, seed=seed + 1,
+                          convert=lambda beat: beat.data)
     results = []
 
-    async def tb(ctx):
+    async def control(ctx):
         for addr, word in enumerate(window):
             ctx.set(core.window.en, 1)
             ctx.set(core.window.addr, addr)
@@ -46,17 +52,22 @@ def run_core(cfg, layer, runs, *, idle=0.0, backpressure=0.0, seed=0, max_cycles
             await ctx.tick()
         ctx.set(core.window.en, 0)
         settings = core.start.payload
-        def set_params(bad_shift=False):
-            for n in ("q", "k", "v", "pv", "o"):
-                rq = getattr(layer, f"rq_{n}")
-                ctx.set(settings[f"rq_{n}_mult"], rq.mult)
-                ctx.set(settings[f"rq_{n}_shift"], 0 if bad_shift and n == "v" else rq.shift)
-        set_params()
         ctx.set(settings.exp_mult, layer.exp_mult)
         ctx.set(settings.exp_shift, layer.exp_shift)
         for run in runs:
-            set_params(run.get("bad_shift", False))
+            for n in ("q", "k", "v", "pv", "o"):
+                rq = getattr(layer, f"rq_{n}")
+                bad = run.get("bad_shift", False) and n == "v"
+                ctx.set(settings[f"rq_{n}_mult"], rq.mult)
+                ctx.set(settings[f"rq_{n}_shift"], 0 if bad else rq.shift)
             x, kv = run["x"], run.get("kv")
+            words = run.get("words")
+            if words is None:
+                words = pack_rows(x) + (pack_rows(kv) if kv is not None else [])
+            lasts = run.get("lasts")
+            if lasts is None:
+                lasts = {len(x) * cfg.d_model // 4 - 1, len(words) - 1}
+            source.put({"data": w, "last": int(i in lasts)} for i, w in enumerate(words))
             ctx.set(settings.seq_len, len(x))
             ctx.set(settings.kv_len, len(kv) if kv is not None else 0)
             ctx.set(settings.key_len, run.get("key_len") or 0)
@@ -65,72 +76,39 @@ def run_core(cfg, layer, runs, *, idle=0.0, backpressure=0.0, seed=0, max_cycles
             ctx.set(core.start.valid, 1)
             await ctx.tick()
             ctx.set(core.start.valid, 0)
-            words = run.get("words")
-            if words is None:
-                words = pack_rows(x) + (pack_rows(kv) if kv is not None else [])
-            lasts = run.get("lasts")
-            if lasts is None:
-                n_x = len(x) * cfg.d_model // 4
-                lasts = {n_x - 1, len(words) - 1}
-            out, err, cycles = [], None, 0
-            i = 0
-            while cycles < max_cycles:
-                if i < len(words) and rng.random() >= idle:
-                    ctx.set(core.x_in.valid, 1)
-                    ctx.set(core.x_in.payload.data, words[i])
-                    ctx.set(core.x_in.payload.last, int(i in lasts))
-                else:
-                    ctx.set(core.x_in.valid, 0)
-                ready = rng.random() >= backpressure
-                ctx.set(core.y_out.ready, int(ready))
-                await ctx.delay(1e-9)
-                took = ctx.get(core.x_in.valid) and ctx.get(core.x_in.ready)
-                if ready and ctx.get(core.y_out.valid):
-                    out.append(ctx.get(core.y_out.payload.data))
-                if ctx.get(core.error):
-                    err = ctx.get(core.error_cause)
-                done = ctx.get(core.done)
-                await ctx.tick()
-                cycles += 1
-                if took:
-                    i += 1
+            first = len(sink.items)
+            err = None
+            for _ in range(max_cycles):
+                _, _, done, error, cause = await ctx.tick().sample(
+                    core.done, core.error, core.error_cause)
+                if error:
+                    err = cause
                 if done or err is not None:
                     break
-            ctx.set(core.x_in.valid, 0)
-            if err is not None:
-                # What a stream that ran long leaves behind is drained by the core.
-                while i < len(words):
-                    ctx.set(core.x_in.valid, 1)
-                    ctx.set(core.x_in.payload.data, words[i])
-                    ctx.set(core.x_in.payload.last, int(i in lasts))
-                    await ctx.delay(1e-9)
-                    took = ctx.get(core.x_in.ready)
-                    await ctx.tick()
-                    if not took:
-                        break
-                    i += 1
-                ctx.set(core.x_in.valid, 0)
-                for _ in range(3):
-                    await ctx.tick()
+            else:
+                raise AssertionError(f"no DONE or ERROR within {max_cycles} cycles")
             counters = None
             if err is None:
                 await ctx.tick()            # the counters are published with done
                 counters = {"cycles": ctx.get(core.cycles), "busy": ctx.get(core.busy_cycles),
                             "stall": ctx.get(core.stall_cycles)}
-            results.append((out, err, counters))
+            else:
+                # What a stream that ran long leaves behind is drained by the core.
+                while source.pending:
+                    await ctx.tick()
+                for _ in range(3):
+                    await ctx.tick()
+            results.append((sink.items[first:], err, counters))
 
     platform = CollisionScramble()
-    sim = Simulator(Fragment.get(core, platform))
-    sim.add_clock(1e-8)
 
-    async def tb_and_count(ctx):
-        await tb(ctx)
+    async def control_and_count(ctx):
+        await control(ctx)
         if collisions is not None:
             for memory, counter in platform.counters:
                 collisions[memory] = ctx.get(counter)
 
-    sim.add_testbench(tb_and_count)
-    sim.run()
+    simulate(Fragment.get(core, platform), control_and_count, background=[source, sink])
     return results
 
 
