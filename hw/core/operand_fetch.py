@@ -133,39 +133,7 @@ class OperandFetch(wiring.Component):
         row_end = Signal(range(max(SEQ, KV) + 2 * R + 1), init=R)     # row0 + R
         row_end2 = Signal(range(max(SEQ, KV) + 3 * R + 1), init=2 * R)  # row_end + R
         col0 = Signal(range((max(TN, TNk) + 1) * C + 1))
-        # A-side address and lane select per source.
-        kk = f_kk
-        h_a, ch_a = divmod_const(kk, dk)
-        kk_c, kk_cl = divmod_const(kk, C)
-        kk_l, kk_ll = divmod_const(kk, L)
-        h_ag, h_ae = divmod_const(h_a, E)
-        ch_ac, ch_acl = divmod_const(ch_a, C)
-        a_addr = Signal(16)
-        a_lane = Signal(range(max(4, C, L) + 1))
-        with m.Switch(cur.a):
-            with m.Case(ASource.X, ASource.KV):
-                m.d.comb += [a_addr.eq(mixed_radix(f_tm, (kk // 4, D4))), a_lane.eq(kk % 4)]
-            with m.Case(ASource.Q):
-                m.d.comb += [a_addr.eq(mixed_radix(f_tm, (cur.lh, G), (kk_c, TN))),
-                             a_lane.eq(kk_cl)]
-            with m.Case(ASource.P):
-                m.d.comb += [a_addr.eq(mixed_radix(f_tm, (kk_l, KB))), a_lane.eq(kk_ll)]
-            with m.Case(ASource.ATTN):
-                m.d.comb += [a_addr.eq(mixed_radix(f_tm, (h_ag, G), (ch_ac, TN))),
-                             a_lane.eq(ch_acl)]
-        b_addr = Signal(20)
-        b_lane = Signal(range(max(4, C) + 1))
-        with m.Switch(cur.b):
-            with m.Case(BSource.W):
-                m.d.comb += [b_addr.eq(mixed_radix(cur.w, (cur.lh, G), (f_tn, TN),
-                                                   (kk // 4, D4))),
-                             b_lane.eq(kk % 4)]
-            with m.Case(BSource.K):
-                m.d.comb += [b_addr.eq(mixed_radix(f_tn, (cur.lh, G), (kk_c, TN))),
-                             b_lane.eq(kk_cl)]
-            with m.Case(BSource.V):
-                m.d.comb += [b_addr.eq(mixed_radix(kk, (cur.lh, G), (f_tn, TN))),
-                             b_lane.eq(0)]
+        a_addr, a_lane, b_addr, b_lane, h_ae = self._addresses(m, cur, f_tm, f_tn, f_kk)
 
         s0_a_addr = Signal.like(a_addr)
         s0_b_addr = Signal.like(b_addr)
@@ -248,26 +216,7 @@ class OperandFetch(wiring.Component):
                          row0.eq(0), row_end.eq(R), row_end2.eq(2 * R), col0.eq(0),
                          last_kk.eq(p.k <= 1), last_tn.eq(C >= p.n), last_tm.eq(R >= p.m)]
 
-        # p_ready: the P.V fetch may start the row tile ending at row_end (every engine has
-        # written those rows of P). Computed from the next values of row_end and the rows
-        # written, so the register equals the compare in every cycle of a P.V job. Each
-        # choice of the next values is compared from registers (row_end2 = row_end + R,
-        # rows1 = rows + 1); the handshakes that pick the next values only select a result.
-        # "Every row is written" is a register per count (all_rows, all_rows1), moved with the
-        # counts: a compare with the job's row count sat at the head of this path.
-        def rows_written(row_end_next, n, all_rows):
-            return (row_end_next <= n) | all_rows
-
-        def engine_ready(n, all_rows):
-            return Mux(job_go, rows_written(R, n, all_rows),
-                       Mux(f_row_adv, rows_written(row_end2, n, all_rows),
-                           rows_written(row_end, n, all_rows)))
-
-        m.d.sync += p_ready.eq(Cat(*[
-            Mux(pg.row_done, engine_ready(pg.rows1, pg.all_rows1),
-                engine_ready(pg.rows, pg.all_rows))
-            for pg in self.progress
-        ]).all())
+        m.d.sync += p_ready.eq(self._p_ready(job_go, f_row_adv, row_end, row_end2))
 
         self._datapath(m, advance, queues, s0_a_addr, s0_b_addr, s1_a_lane, s1_b_lane, sb_ahot,
                        sb_src_b, sb_bmask)
@@ -276,6 +225,70 @@ class OperandFetch(wiring.Component):
             m.d.sync += [f_active.eq(0), s0_valid.eq(0), s1_valid.eq(0), sd_valid.eq(0),
                          sb_valid.eq(0), advance.eq(1)]
         return m
+
+    def _addresses(self, m, cur, f_tm, f_tn, f_kk):
+        """Buffer word address and element (lane) of operand A and B at tile row ``f_tm``,
+        column tile ``f_tn`` and step ``f_kk`` of the job ``cur``, per source."""
+        g = self.geom
+        C, E, G, TN, L, KB, D4, dk = g.C, g.E, g.G, g.TN, g.L, g.KB, g.D4, g.dk
+        kk = f_kk
+        h_a, ch_a = divmod_const(kk, dk)
+        kk_c, kk_cl = divmod_const(kk, C)
+        kk_l, kk_ll = divmod_const(kk, L)
+        h_ag, h_ae = divmod_const(h_a, E)
+        ch_ac, ch_acl = divmod_const(ch_a, C)
+        a_addr = Signal(16)
+        a_lane = Signal(range(max(4, C, L) + 1))
+        with m.Switch(cur.a):
+            with m.Case(ASource.X, ASource.KV):
+                m.d.comb += [a_addr.eq(mixed_radix(f_tm, (kk // 4, D4))), a_lane.eq(kk % 4)]
+            with m.Case(ASource.Q):
+                m.d.comb += [a_addr.eq(mixed_radix(f_tm, (cur.lh, G), (kk_c, TN))),
+                             a_lane.eq(kk_cl)]
+            with m.Case(ASource.P):
+                m.d.comb += [a_addr.eq(mixed_radix(f_tm, (kk_l, KB))), a_lane.eq(kk_ll)]
+            with m.Case(ASource.ATTN):
+                m.d.comb += [a_addr.eq(mixed_radix(f_tm, (h_ag, G), (ch_ac, TN))),
+                             a_lane.eq(ch_acl)]
+        b_addr = Signal(20)
+        b_lane = Signal(range(max(4, C) + 1))
+        with m.Switch(cur.b):
+            with m.Case(BSource.W):
+                m.d.comb += [b_addr.eq(mixed_radix(cur.w, (cur.lh, G), (f_tn, TN),
+                                                   (kk // 4, D4))),
+                             b_lane.eq(kk % 4)]
+            with m.Case(BSource.K):
+                m.d.comb += [b_addr.eq(mixed_radix(f_tn, (cur.lh, G), (kk_c, TN))),
+                             b_lane.eq(kk_cl)]
+            with m.Case(BSource.V):
+                m.d.comb += [b_addr.eq(mixed_radix(kk, (cur.lh, G), (f_tn, TN))),
+                             b_lane.eq(0)]
+        return a_addr, a_lane, b_addr, b_lane, h_ae
+
+    def _p_ready(self, job_go, f_row_adv, row_end, row_end2):
+        """The next value of ``p_ready``: the P.V fetch may start the row tile ending at
+        ``row_end`` (every engine has written those rows of P).
+
+        Computed from the next values of row_end and the rows written, so the register equals
+        the compare in every cycle of a P.V job. Each choice of the next values is compared
+        from registers (row_end2 = row_end + R, rows1 = rows + 1); the handshakes that pick
+        the next values only select a result. "Every row is written" is a register per count
+        (all_rows, all_rows1), moved with the counts: a compare with the job's row count sat
+        at the head of this path."""
+        R = self.geom.R
+        def rows_written(row_end_next, n, all_rows):
+            return (row_end_next <= n) | all_rows
+
+        def engine_ready(n, all_rows):
+            return Mux(job_go, rows_written(R, n, all_rows),
+                       Mux(f_row_adv, rows_written(row_end2, n, all_rows),
+                           rows_written(row_end, n, all_rows)))
+
+        return Cat(*[
+            Mux(pg.row_done, engine_ready(pg.rows1, pg.all_rows1),
+                engine_ready(pg.rows, pg.all_rows))
+            for pg in self.progress
+        ]).all()
 
     def _datapath(self, m, advance, queues, s0_a_addr, s0_b_addr, s1_a_lane, s1_b_lane,
                   sb_ahot, sb_src_b, sb_bmask):
