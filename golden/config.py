@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import tomli_w

@@ -8,7 +8,7 @@ import pytest
 from golden.accuracy import LAYER_BOUNDS, layer_accuracy
 from golden.attention import attention_int
 from golden.config import load_config
-from golden.quantize import quantize_layer, quantize_tensor
+from golden.quantize import quantize_layer
 from golden.reference import attention_float, random_float_layer
 from golden.vectors import random_run
 

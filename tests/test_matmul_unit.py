@@ -10,7 +10,7 @@ from golden.config import AttentionConfig
 from hw.gen.verilog import REPO_ROOT
 from hw.blocks.matmul import MatmulEngine
 from hw.blocks.pe import ProcessingElement
-from hw.perf.matmul import fill_drain_cycles, ideal_cycles, matmul_cycles
+from hw.perf.matmul import ideal_cycles, matmul_cycles
 from hw.blocks.systolic import SystolicArray
 from sim.amaranth_streams import StreamConsumer, StreamProducer, simulate
 from tests.matmul_vectors import (MatmulCase, expected_rows, extreme_case, operand_beats,

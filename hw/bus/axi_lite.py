@@ -159,7 +159,7 @@ class AxiLiteRegs(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        cfg, rmap, bus = self._cfg, self._regmap, self.s_axi
+        rmap, bus = self._regmap, self.s_axi
         aw = rmap.addr_width
         n_causes = len(ERROR_CAUSES)
 
@@ -178,31 +178,7 @@ class AxiLiteRegs(wiring.Component):
         running = Signal()
         m.d.comb += running.eq(self.busy | self.start.valid | start_d)
 
-        # Every readable field's source; RW fields with a port are that output port.
-        source = {}
-        for reg in rmap:
-            for f in reg.fields:
-                if f.const:
-                    source[reg.name, f.name] = C(f.reset, f.width)
-                elif f.access is Access.WO:
-                    source[reg.name, f.name] = C(0, f.width)
-                elif f.access is Access.RW and f.port:
-                    source[reg.name, f.name] = getattr(self, f.port)
-        source["CTRL", "IRQ_EN"] = irq_en
-        source["STATUS", "BUSY"] = self.busy
-        source["STATUS", "DONE"] = done
-        source["STATUS", "ERROR"] = error
-        source["STATUS", "WEIGHTS_VALID"] = self.weights_valid
-        source["STATUS", "START_READY"] = self.start.ready
-        for name, bit in _CAUSE.items():
-            source["ERROR_CAUSE", name] = causes[bit]
-        source["CYCLES", "COUNT"] = self.cycles
-        source["BUSY_CYCLES", "COUNT"] = self.busy_cycles
-        source["STALL_CYCLES", "COUNT"] = self.stall_cycles
-        missing = [(r.name, f.name) for r in rmap for f in r.fields
-                   if (r.name, f.name) not in source]
-        if missing:
-            raise ValueError(f"register fields without hardware: {missing}")
+        source = self._sources(irq_en, done, error, causes)
 
         def value(reg):
             """The register's 32-bit read value."""
@@ -306,39 +282,7 @@ class AxiLiteRegs(wiring.Component):
         start_req = hit["CTRL"] & ones_written(ctrl.field("START"))
         causal_new = written(ctrl, ctrl.field("CAUSAL"))
         cross_new = written(ctrl, ctrl.field("CROSS"))
-        seq_len, kv_len, key_len = self.seq_len, self.kv_len, self.key_len
-
-        def settled(name, value):
-            """``value`` (of the length and shift registers) as a register. It lags them by
-            a cycle, and a register write is at least two cycles after the previous one
-            (``write`` waits for the B handshake), so START always sees it up to date; the
-            compares then stay out of the path from the write strobe to ``start``."""
-            reg = Signal(name=f"chk_{name}")
-            m.d.sync += reg.eq(value)
-            return reg
-
-        bad_seq_both = settled("bad_seq", (seq_len == 0) | (seq_len > cfg.max_seq_len))
-        bad_seq = bad_seq_both
-        if cfg.max_kv_len < cfg.max_seq_len:
-            # Self-attention's keys are its queries: they must fit the key buffers too.
-            bad_seq = bad_seq | (~cross_new & settled("seq_gt_kv", seq_len > cfg.max_kv_len))
-        bad_kv = cross_new & settled("bad_kv", (kv_len == 0) | (kv_len > cfg.max_kv_len))
-        # A key count is only judged against a valid row count.
-        bad_key = ~Mux(cross_new, bad_kv, bad_seq) & Mux(
-            cross_new, settled("key_gt_kv", key_len > kv_len),
-            settled("key_gt_seq", key_len > seq_len))
-        check = Signal(n_causes)
-        m.d.comb += [
-            check[_CAUSE["BAD_SEQ_LEN"]].eq(bad_seq),
-            check[_CAUSE["BAD_KV_LEN"]].eq(bad_kv),
-            check[_CAUSE["BAD_KEY_LEN"]].eq(bad_key),
-            check[_CAUSE["NO_WEIGHTS"]].eq(~self.weights_valid),
-            check[_CAUSE["BAD_CROSS"]].eq(cross_new & (not cfg.cross_attention)),
-            check[_CAUSE["BAD_CAUSAL"]].eq(causal_new & (not cfg.causal_mask)),
-            check[_CAUSE["BAD_SHIFT"]].eq(settled("bad_shift", Cat(*[
-                (getattr(self, f.port) == 0) | (getattr(self, f.port) > 62)
-                for _, f in rmap.fields_with_port() if f.port.endswith("_shift")]).any())),
-        ]
+        check = self._start_checks(m, causal_new, cross_new)
         m.d.comb += [self.start.payload[port].eq(getattr(self, port))
                      for port in rmap.run_settings()]
         m.d.sync += self.start.valid.eq(0)
@@ -373,7 +317,43 @@ class AxiLiteRegs(wiring.Component):
 
         m.d.comb += self.irq.eq(irq_en & (done | error))
 
-        # ---------------------------------------------------------------- read channel
+        self._read_channel(m, value)
+        return m
+
+    def _sources(self, irq_en, done, error, causes):
+        """Every readable field's source, by ``(register, field)``; RW fields with a port are
+        that output port."""
+        rmap = self._regmap
+        source = {}
+        for reg in rmap:
+            for f in reg.fields:
+                if f.const:
+                    source[reg.name, f.name] = C(f.reset, f.width)
+                elif f.access is Access.WO:
+                    source[reg.name, f.name] = C(0, f.width)
+                elif f.access is Access.RW and f.port:
+                    source[reg.name, f.name] = getattr(self, f.port)
+        source["CTRL", "IRQ_EN"] = irq_en
+        source["STATUS", "BUSY"] = self.busy
+        source["STATUS", "DONE"] = done
+        source["STATUS", "ERROR"] = error
+        source["STATUS", "WEIGHTS_VALID"] = self.weights_valid
+        source["STATUS", "START_READY"] = self.start.ready
+        for name, bit in _CAUSE.items():
+            source["ERROR_CAUSE", name] = causes[bit]
+        source["CYCLES", "COUNT"] = self.cycles
+        source["BUSY_CYCLES", "COUNT"] = self.busy_cycles
+        source["STALL_CYCLES", "COUNT"] = self.stall_cycles
+        missing = [(r.name, f.name) for r in rmap for f in r.fields
+                   if (r.name, f.name) not in source]
+        if missing:
+            raise ValueError(f"register fields without hardware: {missing}")
+
+        return source
+
+    def _read_channel(self, m, value):
+        """AR and R: ``value(reg)`` is a register's 32-bit read value."""
+        rmap, bus = self._regmap, self.s_axi
         # Two stages: the address is decoded as AR is accepted, into one select flag per
         # register; the cycle after, rdata is the AND-OR of the selected register's value.
         # A single-stage multiplexer from araddr to rdata was the register block's longest
@@ -400,4 +380,41 @@ class AxiLiteRegs(wiring.Component):
                          rresp.eq(Mux(ar_mapped, RESP_OKAY, RESP_SLVERR))]
         with m.If(rvalid & bus.rready):
             m.d.sync += [rvalid.eq(0), ar_busy.eq(0)]
-        return m
+
+    def _start_checks(self, m, causal_new, cross_new):
+        """ERROR_CAUSE bits a START with these settings would raise (0: it may start)."""
+        cfg, rmap = self._cfg, self._regmap
+        seq_len, kv_len, key_len = self.seq_len, self.kv_len, self.key_len
+
+        def settled(name, value):
+            """``value`` (of the length and shift registers) as a register. It lags them by
+            a cycle, and a register write is at least two cycles after the previous one
+            (``write`` waits for the B handshake), so START always sees it up to date; the
+            compares then stay out of the path from the write strobe to ``start``."""
+            reg = Signal(name=f"chk_{name}")
+            m.d.sync += reg.eq(value)
+            return reg
+
+        bad_seq_both = settled("bad_seq", (seq_len == 0) | (seq_len > cfg.max_seq_len))
+        bad_seq = bad_seq_both
+        if cfg.max_kv_len < cfg.max_seq_len:
+            # Self-attention's keys are its queries: they must fit the key buffers too.
+            bad_seq = bad_seq | (~cross_new & settled("seq_gt_kv", seq_len > cfg.max_kv_len))
+        bad_kv = cross_new & settled("bad_kv", (kv_len == 0) | (kv_len > cfg.max_kv_len))
+        # A key count is only judged against a valid row count.
+        bad_key = ~Mux(cross_new, bad_kv, bad_seq) & Mux(
+            cross_new, settled("key_gt_kv", key_len > kv_len),
+            settled("key_gt_seq", key_len > seq_len))
+        check = Signal(len(ERROR_CAUSES))
+        m.d.comb += [
+            check[_CAUSE["BAD_SEQ_LEN"]].eq(bad_seq),
+            check[_CAUSE["BAD_KV_LEN"]].eq(bad_kv),
+            check[_CAUSE["BAD_KEY_LEN"]].eq(bad_key),
+            check[_CAUSE["NO_WEIGHTS"]].eq(~self.weights_valid),
+            check[_CAUSE["BAD_CROSS"]].eq(cross_new & (not cfg.cross_attention)),
+            check[_CAUSE["BAD_CAUSAL"]].eq(causal_new & (not cfg.causal_mask)),
+            check[_CAUSE["BAD_SHIFT"]].eq(settled("bad_shift", Cat(*[
+                (getattr(self, f.port) == 0) | (getattr(self, f.port) > 62)
+                for _, f in rmap.fields_with_port() if f.port.endswith("_shift")]).any())),
+        ]
+        return check

@@ -189,7 +189,7 @@ class AttentionCore(wiring.Component):
     def _datapath(self, m, buf, seq, engines, softmaxes):
         """The blocks around the engines; returns the consumers of the job stream."""
         geom = self.geom
-        R, C, E = geom.R, geom.C, geom.E
+        R, C = geom.R, geom.C
         connect = wiring.connect
         run = seq.run
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from amaranth import *
 from amaranth.lib import data, stream
 
 from hw.bus.regmap import SHIFT_BITS

@@ -84,10 +84,8 @@ class OperandFetch(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         g = self.geom
-        R, C, E, G, TN, TNk, L, KB, D4 = g.R, g.C, g.E, g.G, g.TN, g.TNk, g.L, g.KB, g.D4
+        R, C, E, TN, TNk = g.R, g.C, g.E, g.TN, g.TNk
         dk, d, SEQ, KV = g.dk, g.d, g.SEQ, g.KV
-        PB = g.cfg.prob_bits
-        x_aw, kv_aw = g.x_aw, g.kv_aw
         job = self.job
         job_go = job.valid
         cur = Signal.like(job.payload)         # the job being run

@@ -5,7 +5,7 @@ from __future__ import annotations
 from amaranth import *
 from amaranth.lib import wiring
 from amaranth.lib.memory import WritePort
-from amaranth.lib.wiring import In, Out
+from amaranth.lib.wiring import In
 
 from hw.bus.settings import WindowWriteSignature
 from hw.core.arith import divmod_const
