@@ -388,7 +388,40 @@ class MatmulEngine(wiring.Component):
             m.d.comb += bias_buf_valid_next.eq(0)
         m.d.sync += bias_buf_valid.eq(bias_buf_valid_next)
 
-        # ---------------------------------------------------------- post-processing
+        out_row, meta = self._post_process(m, array, head, go, row_first, bias_buf)
+        PL = self.PRODUCT_LATENCY
+
+        # ---------------------------------------------------------- output buffer
+        # A ring of OUT_DEPTH result rows (a pop moves only the read pointer); ``push`` and the
+        # ring's one-hot write select are registers, computed a cycle ahead with the enable.
+        m.submodules.out_queue = out_queue = StreamQueue(
+            self.result_layout, OUT_DEPTH, checked=False, announced=True)
+        push = Signal()
+        push_next = Signal()
+        m.d.comb += [out_queue.w_stream.valid.eq(push), out_queue.w_stream.payload.eq(out_row),
+                     out_queue.w_next.eq(push_next), out_count.eq(out_queue.level)]
+        wiring.connect(m, out_queue.r_stream, wiring.flipped(self.result))
+
+        # ---------------------------------------------------------- next step enable
+        # The next cycle's row at the array output is row 0 of a tile iff the array advances
+        # now with its row-0 ready flag set (or holds such a row); its descriptor is
+        # head_next, and bias_buf_valid_next says whether its bias will be buffered.
+        row_first_next = Mux(go, array.row_ready[0], row_first)
+        m.d.sync += row_first.eq(row_first_next)
+        room_next = out_count + push < OUT_DEPTH
+        advance_next = Signal()
+        m.d.comb += advance_next.eq(room_next & ~(row_first_next & head_next_bias_en
+                                                  & ~bias_buf_valid_next))
+        q7_valid_next = Mux(go, meta[PL + 2].valid, meta[PL + 3].valid)
+        m.d.comb += push_next.eq(advance_next & q7_valid_next)
+        m.d.sync += [advance.eq(advance_next), stall.eq(~advance_next), push.eq(push_next)]
+        return m
+
+    def _post_process(self, m, array, head, go, row_first, bias_buf):
+        """Bias, requantization, saturation and column mask of the rows leaving the array;
+        returns the output row and the stages' side data (``meta``)."""
+        cfg, C = self.cfg, self.cols
+        mult_bits = cfg.requant_mult_bits
         # q1: bias sum; then PRODUCT_LATENCY stages of the product with mult; "coarse": shift
         # by the multiple-of-8 part of shift - 1; "shifted": by the rest; "rounded": rounding
         # (x + 1) >> 1 and the saturation flags; then the saturation and column mask into the
@@ -500,29 +533,4 @@ class MatmulEngine(wiring.Component):
             clamped = Mux(hi, qmax, Mux(lo, qmin, q7_val[c]))
             value = Mux(q7.requant_en, clamped, q7_val[c])
             m.d.comb += out_row.data[c].eq(Mux(q7.col_mask[c], value, 0))
-
-        # ---------------------------------------------------------- output buffer
-        # A ring of OUT_DEPTH result rows (a pop moves only the read pointer); ``push`` and the
-        # ring's one-hot write select are registers, computed a cycle ahead with the enable.
-        m.submodules.out_queue = out_queue = StreamQueue(
-            self.result_layout, OUT_DEPTH, checked=False, announced=True)
-        push = Signal()
-        push_next = Signal()
-        m.d.comb += [out_queue.w_stream.valid.eq(push), out_queue.w_stream.payload.eq(out_row),
-                     out_queue.w_next.eq(push_next), out_count.eq(out_queue.level)]
-        wiring.connect(m, out_queue.r_stream, wiring.flipped(self.result))
-
-        # ---------------------------------------------------------- next step enable
-        # The next cycle's row at the array output is row 0 of a tile iff the array advances
-        # now with its row-0 ready flag set (or holds such a row); its descriptor is
-        # head_next, and bias_buf_valid_next says whether its bias will be buffered.
-        row_first_next = Mux(go, array.row_ready[0], row_first)
-        m.d.sync += row_first.eq(row_first_next)
-        room_next = out_count + push < OUT_DEPTH
-        advance_next = Signal()
-        m.d.comb += advance_next.eq(room_next & ~(row_first_next & head_next_bias_en
-                                                  & ~bias_buf_valid_next))
-        q7_valid_next = Mux(go, meta[PL + 2].valid, q7.valid)
-        m.d.comb += push_next.eq(advance_next & q7_valid_next)
-        m.d.sync += [advance.eq(advance_next), stall.eq(~advance_next), push.eq(push_next)]
-        return m
+        return out_row, meta
