@@ -35,7 +35,7 @@ from golden.config import AttentionConfig
 
 from hw.core.attention_core import AttentionCore
 from hw.bus.axi_lite import AxiLiteRegs
-from hw.bus.regmap import build_regmap, ERROR_CAUSES
+from hw.bus.regmap import build_regmap
 
 __all__ = ["AttentionTop"]
 
@@ -97,7 +97,7 @@ class AttentionTop(wiring.Component):
             regs.busy.eq(core.busy),
             regs.done_set.eq(core.done),
             regs.error_set.eq(core.error),
-            regs.error_cause.eq(core.error_cause[:len(ERROR_CAUSES)]),
+            regs.error_cause.eq(core.error_cause),
             regs.cycles.eq(core.cycles), regs.busy_cycles.eq(core.busy_cycles),
             regs.stall_cycles.eq(core.stall_cycles),
         ]

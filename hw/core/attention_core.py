@@ -53,7 +53,8 @@ window : In(WindowWriteSignature(window_addr_bits))
     hundred cycles after ``start``, and the register block refuses window writes while
     ``busy``.
 busy, done, error, error_cause, cycles, busy_cycles : Out
-    Status: ``done``/``error`` are one-cycle strobes; ``error_cause`` is valid with ``error``.
+    Status: ``done``/``error`` are one-cycle strobes; ``error_cause`` (ERROR_CAUSE's bits, see
+    :mod:`hw.bus.regmap`) is valid with ``error``.
     ``done`` comes the cycle after the last output word's handshake; ``cycles``,
     ``busy_cycles`` and ``stall_cycles`` show that sequence's counts from the cycle after
     ``done`` (when the register block's STATUS.DONE is set). ``busy`` is a register: it rises
@@ -106,7 +107,8 @@ class AttentionCore(wiring.Component):
             "y_out": Out(WordStream),
             "start": In(StartSignature(cfg)),
             "window": In(WindowWriteSignature(self.geom.window_addr_bits)),
-            "busy": Out(1), "done": Out(1), "error": Out(1), "error_cause": Out(16),
+            "busy": Out(1), "done": Out(1), "error": Out(1),
+            "error_cause": Out(len(REGMAP_CAUSES)),
             "cycles": Out(32), "busy_cycles": Out(32), "stall_cycles": Out(32),
         })
 

@@ -41,7 +41,7 @@ class InputLoader(wiring.Component):
         Cycle counter; its value at START becomes ``loaded.t0``.
     busy : ``Out(1)``
         A sequence is being loaded or waits to be taken.
-    error, error_cause : ``Out(1)``, ``Out(16)``
+    error, error_cause : ``Out(1)``, ``Out(len(ERROR_CAUSES))``
         One-cycle strobe with its ERROR_CAUSE bits: STREAM_SHORT (``last`` before the final
         word: back to IDLE) or STREAM_LONG (no ``last`` on the final word: the rest of the
         stream is drained up to its ``last``, or until the next START).
@@ -60,7 +60,7 @@ class InputLoader(wiring.Component):
             "x_write": In(x_sig).array(geom.R),
             "loaded": Out(stream.Signature(sequence_layout(geom))),
             "now": In(32),
-            "busy": Out(1), "error": Out(1), "error_cause": Out(16),
+            "busy": Out(1), "error": Out(1), "error_cause": Out(len(REGMAP_CAUSES)),
         }
         if kv_sig is not None:
             ports["kv_write"] = In(kv_sig).array(geom.R)
