@@ -103,7 +103,7 @@ def test_malformed_sdf_is_refused():
 def test_command_line(tmp_path):
     sdf = tmp_path / "routed.sdf"
     sdf.write_text(SDF)
-    run = lambda *a: subprocess.run([sys.executable, "-m", "hw.flow.sta", *a], cwd=REPO_ROOT,
+    run = lambda *a: subprocess.run([sys.executable, "-m", "hw", "sta", *a], cwd=REPO_ROOT,
                                     capture_output=True, text=True)
     ok = run(str(sdf), "--period", "3")
     assert ok.returncode == 0 and "0 over 3 ns" in ok.stdout

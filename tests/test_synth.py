@@ -39,7 +39,7 @@ TINY_TOML = str(REPO_ROOT / "configs" / "tiny.toml")
 
 
 def _synth(*args, out=None):
-    cmd = [sys.executable, "-m", "hw.flow.synth", *args]
+    cmd = [sys.executable, "-m", "hw", "synth", *args]
     if out is not None:
         cmd += ["--out", str(out)]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO_ROOT)
@@ -369,7 +369,7 @@ def test_ice40_synthesis_reports_what_does_not_fit():
 def test_summary_gives_both_routed_figures():
     timing = lambda failing, worst, extra="": {
         "timed_endpoints": 1000, "failing_endpoints": failing, "worst_ns": worst,
-        "fmax_mhz": round(1000 / worst, 1), "list": "python -m hw.flow.sta x/routed.sdf" + extra}
+        "fmax_mhz": round(1000 / worst, 1), "list": "python -m hw sta x/routed.sdf" + extra}
     report = {"bram_unit": "DP16KD (18 kbit)", "config": "default", "device": "LFE5U-85F",
               "target": "ecp5", "wrapper": {"io": "full", "slices": 2}, "resources": {},
               "fmax_mhz": 90.9, "meets_target": False, "target_mhz": 100,

@@ -195,6 +195,6 @@ def test_provenance_records_commit_and_dirty_tree(tmp_path):
 
 @pytest.mark.parametrize("args,message", [(["--pnr-minutes", "-1"], "--pnr-minutes")])
 def test_bad_time_limit_exits_2(args, message):
-    proc = subprocess.run([sys.executable, "-m", "hw.flow.synth", *args], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "hw", "synth", *args], capture_output=True,
                           text=True, cwd=REPO_ROOT)
     assert proc.returncode == 2 and message in proc.stderr

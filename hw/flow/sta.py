@@ -1,9 +1,9 @@
 """Static timing over nextpnr's routed SDF: every register-to-register endpoint, worst first.
 
-``python -m hw.flow.sta build/synth/ecp5/routed.sdf [--period NS] [--paths N] [--block PREFIX]``
+``python -m hw sta build/synth/ecp5/routed.sdf [--period NS] [--paths N] [--block PREFIX]``
 
 nextpnr's report names one critical path per clock. To fix timing one needs the whole set of
-failing endpoints, and ``make synth ... --sdf`` (``python -m hw.flow.synth --sdf``) writes the
+failing endpoints, and ``make synth ... --sdf`` (``python -m hw synth --sdf``) writes the
 routed delays of every cell and net as SDF. This reads them back as a timing graph:
 
 - ``INTERCONNECT a/P b/Q`` is a net arc, ``IOPATH P Q`` of an instance a cell arc;
@@ -241,14 +241,14 @@ def format_endpoints(eps: list[Endpoint], period_ns: float, paths: int, types=No
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m hw.flow.sta", description=__doc__.split("\n")[0])
-    ap.add_argument("sdf", help="routed SDF (python -m hw.flow.synth --sdf writes routed.sdf)")
+    ap = argparse.ArgumentParser(prog="python -m hw sta", description=__doc__.split("\n")[0])
+    ap.add_argument("sdf", help="routed SDF (python -m hw synth --sdf writes routed.sdf)")
     ap.add_argument("--period", type=float, default=10.0, help="clock period in ns (10)")
     ap.add_argument("--paths", type=int, default=20,
                     help="paths to print, one per source/destination group (20)")
     ap.add_argument("--block", metavar="PREFIX",
                     help="time only paths that start or end in instances named PREFIX... "
-                    "(for hw.flow.synth's wrapped top: --block top. leaves out the paths inside "
+                    "(for the synthesis wrapper: --block top. leaves out the paths inside "
                     "the wrapper)")
     args = ap.parse_args(argv)
     if not args.period > 0:
@@ -264,6 +264,3 @@ def main(argv=None) -> int:
     print(format_endpoints(eps, args.period, args.paths, graph.cell_type))
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """FPGA synthesis (and place and route) of the whole ``attention_top``: ``make synth``.
 
-Run as ``python -m hw.flow.synth --target ecp5|ice40|xc7 --config configs/default.toml
+Run as ``python -m hw synth --target ecp5|ice40|xc7 --config configs/default.toml
 [--device D] [--no-pnr] [--freq MHZ] [--seed N] [--router router1|router2]
 [--pnr-minutes MIN] [--io auto|full|narrow] [--slices 1|2] [--out DIR]``.
 
@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import queue
 import re
 import shlex
@@ -49,7 +48,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
@@ -922,7 +921,7 @@ def run(target: str, cfg, config_file: str, device: Device, *, out: Path, io: st
                     "failing_endpoints": sum(e.arrival_ns > period for e in eps),
                     "worst_ns": None if worst is None else round(worst, 3),
                     "fmax_mhz": None if not worst else round(1000.0 / worst, 1),
-                    "list": f"python -m hw.flow.sta {_rel(out)}/routed.sdf "
+                    "list": f"python -m hw sta {_rel(out)}/routed.sdf "
                             f"--period {period:g}{extra}"}
         # The wrapper's own paths (between its pin-side and top-side register slices) are
         # an artefact of unconstrained pins spread over the die's edge, not of the IP: the
@@ -1120,7 +1119,7 @@ def format_summary(report: dict) -> str:
 
 
 def _parse(argv):
-    ap = argparse.ArgumentParser(prog="python -m hw.flow.synth", description=__doc__.splitlines()[0],
+    ap = argparse.ArgumentParser(prog="python -m hw synth", description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default="ecp5", choices=TARGETS)
     ap.add_argument("--config", default="configs/default.toml")
@@ -1209,6 +1208,3 @@ def main(argv=None) -> int:
         return 3
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())
