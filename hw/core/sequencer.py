@@ -43,7 +43,7 @@ class HeadSequencer(wiring.Component):
         which is high whenever the sequencer issues); the next job is decided once the
         datapath is idle again.
     softmax_start : ``Out(1)``
-        Strobe a cycle after a SCORES job's beat: the score feeds and P writers start.
+        Strobe with a SCORES job's beat (a register): the score feeds and P writers start.
     handoff : ``Out(stream.Signature(handoff_layout(geom)))``
         The finished sequence, to the streamer; ``o_bank`` flips as it is taken.
     o_bank : ``Out(1)``
@@ -93,9 +93,9 @@ class HeadSequencer(wiring.Component):
         with m.If(running & self.softmax_stall):
             m.d.sync += run_stall.eq(run_stall + 1)
 
-        # The softmax feed of a scores job starts a cycle after its job beat, from a register
-        # (the decision reached the feeds' and the P writers' counters by both softmax units
-        # in the same cycle); its first read waits for score rows, tens of cycles later.
+        # The softmax feed of a scores job starts from a register set with the job beat (the
+        # decision reached the feeds' and the P writers' counters by both softmax units in
+        # the same cycle); its first read waits for score rows, tens of cycles later.
         m.d.sync += self.softmax_start.eq(0)
 
         def issue(**fields):
