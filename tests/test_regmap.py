@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import shutil
@@ -127,10 +128,15 @@ def random_layer(cfg, rng):
         exp_mult=int(rng.integers(0, 1 << cfg.exp_mult_bits)), exp_shift=5)
 
 
-@pytest.mark.parametrize("variant", ["int8", "bias40"])
+@pytest.mark.parametrize("variant", ["int8", "int16", "bias40"])
 def test_pack_window(variant):
     cfg = cfg_of("tiny")
-    if variant == "bias40":
+    if variant == "int16":
+        # 16-bit weights: the window packing is written for them, the hardware not yet (the
+        # configuration refuses them), so a copy set without validation.
+        cfg = copy.copy(cfg)
+        object.__setattr__(cfg, "weight_bits", 16)
+    elif variant == "bias40":
         cfg = cfg.replace(acc_bits=44, bias_bits=40)
     rmap = build_regmap(cfg)
     layer = random_layer(cfg, np.random.default_rng(4))
