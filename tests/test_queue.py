@@ -23,11 +23,12 @@ def _as_dict(view):
     return {"value": view.value, "tag": view.tag}
 
 
-@pytest.mark.parametrize("storage,depth", [("registers", 1), ("registers", 3),
-                                           ("distributed", 2), ("distributed", 5)])
+@pytest.mark.parametrize("storage,depth,one_hot", [
+    ("registers", 1, False), ("registers", 3, False), ("registers", 3, True),
+    ("distributed", 2, False), ("distributed", 5, False)])
 @pytest.mark.parametrize("idle,bp", [(0.0, 0.0), (0.5, 0.0), (0.0, 0.6), (0.3, 0.5)])
-def test_checked_queue_is_a_lossless_fifo(storage, depth, idle, bp):
-    q = StreamQueue(LAYOUT, depth, storage=storage)
+def test_checked_queue_is_a_lossless_fifo(storage, depth, one_hot, idle, bp):
+    q = StreamQueue(LAYOUT, depth, storage=storage, one_hot=one_hot)
     sent = _payloads(150, seed=depth)
     producer = StreamProducer(q.w_stream, sent, idle=idle, seed=5)
     consumer = StreamConsumer(q.r_stream, len(sent), backpressure=bp, seed=6, linger=8,
@@ -50,13 +51,13 @@ def test_checked_queue_is_a_lossless_fifo(storage, depth, idle, bp):
             assert consumer.cycles[-1] - consumer.cycles[0] == len(sent) - 1
 
 
-@pytest.mark.parametrize("announced", [False, True])
-def test_unchecked_queue_with_room_counted_ahead(announced):
+@pytest.mark.parametrize("one_hot", [False, True])
+def test_unchecked_queue_with_room_counted_ahead(one_hot):
     """The matrix engine's and the operand fetch's use: the producer writes only with room
-    (``level`` plus the write in flight), and with ``announced`` drives ``w_next`` a cycle
-    ahead; a write then lands in the entry the registered one-hot select names."""
+    (``level`` plus the write in flight); with ``one_hot`` a write lands in the entry the
+    registered one-hot select names."""
     depth = 3
-    q = StreamQueue(LAYOUT, depth, checked=False, announced=announced)
+    q = StreamQueue(LAYOUT, depth, checked=False, one_hot=one_hot)
     sent = _payloads(200, seed=9)
     rng = random.Random(11)
     consumer = StreamConsumer(q.r_stream, len(sent), backpressure=0.5, seed=12, linger=8,
@@ -74,8 +75,6 @@ def test_unchecked_queue_with_room_counted_ahead(announced):
             level = ctx.get(q.level)
             nxt = (i + valid < len(sent) and level + valid <= depth - 1
                    and rng.random() < 0.8)
-            if announced:
-                ctx.set(q.w_next, nxt)
             await ctx.tick()
             i += valid
             valid = nxt
@@ -90,5 +89,5 @@ def test_bad_parameters_are_named():
         StreamQueue(8, 2, storage="bram")
     with pytest.raises(ValueError, match="depth must be an integer >= 2"):
         StreamQueue(8, 1, storage="distributed")
-    with pytest.raises(ValueError, match="announced writes need"):
-        StreamQueue(8, 3, announced=True)
+    with pytest.raises(ValueError, match="one-hot write select needs registers"):
+        StreamQueue(8, 3, storage="distributed", one_hot=True)

@@ -392,14 +392,15 @@ class MatmulEngine(wiring.Component):
         PL = self.PRODUCT_LATENCY
 
         # ---------------------------------------------------------- output buffer
-        # A ring of OUT_DEPTH result rows (a pop moves only the read pointer); ``push`` and the
-        # ring's one-hot write select are registers, computed a cycle ahead with the enable.
+        # A ring of OUT_DEPTH result rows (a pop moves only the read pointer). A row is pushed
+        # in every step whose last stage holds one: ``push`` is one LUT from flip-flops, and
+        # the ring's one-hot write select keeps its entry enables one more LUT away.
         m.submodules.out_queue = out_queue = StreamQueue(
-            self.result_layout, OUT_DEPTH, checked=False, announced=True)
+            self.result_layout, OUT_DEPTH, checked=False, one_hot=True)
         push = Signal()
-        push_next = Signal()
-        m.d.comb += [out_queue.w_stream.valid.eq(push), out_queue.w_stream.payload.eq(out_row),
-                     out_queue.w_next.eq(push_next), out_count.eq(out_queue.level)]
+        m.d.comb += [push.eq(go & meta[PL + 3].valid),
+                     out_queue.w_stream.valid.eq(push), out_queue.w_stream.payload.eq(out_row),
+                     out_count.eq(out_queue.level)]
         wiring.connect(m, out_queue.r_stream, wiring.flipped(self.result))
 
         # ---------------------------------------------------------- next step enable
@@ -412,9 +413,7 @@ class MatmulEngine(wiring.Component):
         advance_next = Signal()
         m.d.comb += advance_next.eq(room_next & ~(row_first_next & head_next_bias_en
                                                   & ~bias_buf_valid_next))
-        q7_valid_next = Mux(go, meta[PL + 2].valid, meta[PL + 3].valid)
-        m.d.comb += push_next.eq(advance_next & q7_valid_next)
-        m.d.sync += [advance.eq(advance_next), stall.eq(~advance_next), push.eq(push_next)]
+        m.d.sync += [advance.eq(advance_next), stall.eq(~advance_next)]
         return m
 
     def _post_process(self, m, array, head, go, row_first, bias_buf):

@@ -37,10 +37,12 @@ class StreamQueue(wiring.Component):
         producer that counts room itself (from ``level``, a cycle ahead): the write enables
         then depend on ``w_stream.valid`` alone, without the full compare in front of every entry;
         such a producer must never write a full queue.
-    announced : bool
-        ``registers`` and unchecked only. The producer also drives ``w_next``, equal to the next cycle's
-        ``w_stream.valid``: the entry write enables are then a one-hot register computed a cycle
-        ahead (``w_stream.valid`` itself was late in the matrix engine's output buffer).
+    one_hot : bool
+        ``registers`` only. The slot the next write goes to is a one-hot register, moved on by
+        each write, and an entry's write enable is that bit AND the write: one LUT from
+        flip-flops when ``w_stream.valid`` is itself one LUT from flip-flops (the matrix
+        engine's output buffer, where decoding the write pointer after a late ``valid`` was
+        the routed top's worst path).
 
     Members
     -------
@@ -55,30 +57,26 @@ class StreamQueue(wiring.Component):
     level : ``Out(range(depth + 1))``
         ``registers`` only: entries held (a register; a producer computes room from it without
         the pop of the same cycle, which keeps ``r_stream.ready`` out of its enables).
-    w_next : ``In(1)``
-        With ``announced``: see above.
 
     Throughput: one write and one read per cycle. To empty the queue at once, wrap it in a
     ``ResetInserter`` (the entries keep their contents; pointers, level and valid reset).
     """
 
     def __init__(self, shape, depth: int, *, storage: str = "registers", checked: bool = True,
-                 announced: bool = False):
+                 one_hot: bool = False):
         if storage not in ("registers", "distributed"):
             raise ValueError(f"storage must be 'registers' or 'distributed', not {storage!r}")
         min_depth = 1 if storage == "registers" else 2
         if not isinstance(depth, int) or depth < min_depth:
             raise ValueError(f"depth must be an integer >= {min_depth} for {storage} storage, "
                              f"not {depth!r}")
-        if announced and (storage != "registers" or checked):
-            raise ValueError("announced writes need registers storage and checked=False")
+        if one_hot and storage != "registers":
+            raise ValueError("a one-hot write select needs registers storage")
         self.shape, self.depth, self.storage = shape, depth, storage
-        self.checked, self.announced = checked, announced
+        self.checked, self.one_hot = checked, one_hot
         ports = {"w_stream": In(stream.Signature(shape)), "r_stream": Out(stream.Signature(shape))}
         if storage == "registers":
             ports["level"] = Out(range(depth + 1))
-        if announced:
-            ports["w_next"] = In(1)
         super().__init__(ports)
 
     def elaborate(self, platform):
@@ -91,24 +89,21 @@ class StreamQueue(wiring.Component):
         depth, w, r = self.depth, self.w_stream, self.r_stream
         entries = [Signal.like(w.payload, name=f"entry{i}", reset_less=True)
                    for i in range(depth)]
-        wr = Signal(range(depth))
         rd = Signal(range(depth))
         push = w.valid & w.ready if self.checked else w.valid
         pop = r.valid & r.ready
         m.d.comb += [w.ready.eq(self.level != depth), r.payload.eq(Array(entries)[rd])]
-        if self.announced:
-            # One-hot write select, a register computed from the next cycle's write.
-            wsel = Signal(depth)
-            wr_next = Mux(push, _wrap_incr(wr, depth), wr)
-            m.d.sync += wsel.eq(Cat(*(self.w_next & (wr_next == i) for i in range(depth))))
+        if self.one_hot:
+            wsel = Signal(depth, init=1)
+            with m.If(push):
+                m.d.sync += wsel.eq(wsel.rotate_left(1))
             for i in range(depth):
-                with m.If(wsel[i]):
+                with m.If(push & wsel[i]):
                     m.d.sync += entries[i].eq(w.payload)
         else:
+            wr = Signal(range(depth))
             with m.If(push):
-                m.d.sync += Array(entries)[wr].eq(w.payload)
-        with m.If(push):
-            m.d.sync += wr.eq(_wrap_incr(wr, depth))
+                m.d.sync += [Array(entries)[wr].eq(w.payload), wr.eq(_wrap_incr(wr, depth))]
         with m.If(pop):
             m.d.sync += rd.eq(_wrap_incr(rd, depth))
         level_next = self.level + push - pop

@@ -39,6 +39,8 @@ Ports
 x_in : In(stream) of ``{data: 32, last: 1}``
     Activations: ``seq_len`` rows of d_model int8 (4 per word, element 4a+k in byte k), then in
     cross mode ``kv_len`` rows of the second sequence; ``last`` on the final word of each.
+    Enters through a register slice (``ready`` from a flip-flop; up to two words are taken
+    ahead of the loader).
 y_out : Out(stream) of ``{data: 32, last: 1}``
     The int8 result rows in the same packing; ``last`` on the final word. Leaves through a
     register slice (``valid``, ``data`` and ``last`` from flip-flops; ``ready`` reaches only
@@ -74,6 +76,7 @@ from amaranth.lib.wiring import In, Out
 from golden.config import AttentionConfig
 
 from hw.blocks.matmul import MatmulEngine
+from hw.blocks.register_slice import RegisterSlice
 from hw.blocks.softmax import SoftmaxUnit
 from hw.bus.regmap import ERROR_CAUSES as REGMAP_CAUSES
 from hw.bus.settings import StartSignature, WindowWriteSignature
@@ -135,7 +138,12 @@ class AttentionCore(wiring.Component):
             geom, buf.x_write[0].signature,
             buf.kv_write[0].signature if cfg.cross_attention else None)
         connect(m, wiring.flipped(self.start), loader.start)
-        connect(m, wiring.flipped(self.x_in), loader.x_in)
+        # x_in enters through a register slice: its ``ready`` is a flip-flop, so neither the
+        # loader's state nor ``start`` (which holds the stream while a START ends a drain)
+        # reaches the input pins' registers; a word waiting before START costs no cycle.
+        m.submodules.x_slice = x_slice = RegisterSlice(WordStream)
+        connect(m, wiring.flipped(self.x_in), x_slice.i_stream)
+        connect(m, x_slice.o_stream, loader.x_in)
         for r in range(R):
             connect(m, loader.x_write[r], buf.x_write[r])
             if cfg.cross_attention:

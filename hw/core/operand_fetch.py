@@ -298,20 +298,22 @@ class OperandFetch(wiring.Component):
         cross = g.cfg.cross_attention
 
         def lane_copy(name, lane, e):
-            """Engine ``e``'s own copy of a fetch lane select, stored as ``lane ^ e``.
+            """Engine ``e``'s own copy of a fetch lane select, stored as ``lane ^ key``.
 
             One shared register fanned out to every engine's lane multiplexers, at both ends
             of the die (13 failing path groups of one routed run). Equal copies would be
             merged by synthesis; stored with a different constant XORed in, each is its own
             flip-flop, placed by its engine, and ``element_of(..., key=...)`` undoes the XOR
-            in the multiplexer's case table at no cost."""
+            in the multiplexer's case table at no cost. The key is all zeros or all ones
+            (even or odd engines): bits a key leaves equal would still be merged, and a key
+            ``e`` differs from key 0 only in its low bits."""
             reg = Signal.like(lane, name=name, reset_less=True)
             with m.If(advance):
                 m.d.sync += reg.eq(lane ^ lane_key(lane, e))
             return reg
 
         def lane_key(lane, e):
-            return e & ((1 << len(lane)) - 1)
+            return ((1 << len(lane)) - 1) if e % 2 else 0
 
         def stage_reg(name, value):
             """A register of the fetch pipeline (loads when it advances), without reset."""

@@ -102,7 +102,7 @@ class OutputStreamer(wiring.Component):
 
         o_addr = Signal(o_aw)
         o_more = Signal()           # o_i < st_seq
-        o_wrap = Signal()           # o_col + P == d
+        o_wrap = Signal(init=int(P == d))  # o_col + P == d
         # o_more is set only with st_active and cleared before it falls, so it alone says
         # whether a word is to be read (st_active, set at the handoff and cleared at the
         # output slice, stays out of the streamer's enables).
@@ -157,7 +157,6 @@ class OutputStreamer(wiring.Component):
         with m.If(self.handoff.valid & ~st_active):
             m.d.sync += [st_active.eq(1), st_seq.eq(h.seq), st_bank.eq(h.bank),
                          st_t0.eq(h.t0), st_busy.eq(h.busy), st_stall.eq(h.stall),
-                         o_i.eq(0), o_col.eq(0), o_addr.eq(0), o_wrap.eq(P == d),
                          # (seq >= 1: the register block refuses SEQ_LEN 0)
                          o_more.eq(1)]
 
@@ -170,7 +169,11 @@ class OutputStreamer(wiring.Component):
         m.d.sync += self.done.eq(stream_end)
         with m.If(stream_end):
             m.d.sync += st_active.eq(0)
+        # The read position returns to row 0 with done (reset and done leave it there), not
+        # at the handoff: the handoff's take, from the sequencer's state across the die,
+        # then reaches only the settings' enables, not the position's resets.
         with m.If(self.done):
             m.d.sync += [self.cycles.eq(self.now - 1 - st_t0),
-                         self.busy_cycles.eq(st_busy), self.stall_cycles.eq(st_stall)]
+                         self.busy_cycles.eq(st_busy), self.stall_cycles.eq(st_stall),
+                         o_i.eq(0), o_col.eq(0), o_addr.eq(0), o_wrap.eq(P == d)]
         return m
