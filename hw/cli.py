@@ -10,6 +10,8 @@ Commands (``python -m hw COMMAND --help`` gives each one's options):
 - ``accuracy``      golden model against float64 over the shipped configs (``make accuracy``)
 - ``bench``         cycle benchmarks, model against simulation (``make bench``)
 - ``perf``          the cycle models alone (layer or softmax unit)
+- ``run``           a float layer (``.npz``) on an input, quantized and run on the generated
+  Verilog (Verilator harness or Icarus) or the golden model, against float64
 - ``synth``         the whole top through Yosys and nextpnr (``make synth``; options of
   :mod:`hw.flow.synth`)
 - ``synth-blocks``  ECP5 synthesis of the matrix engine and the softmax unit (``make synth-blocks``)
@@ -349,6 +351,49 @@ def _passthrough(module: str):
 
 # ---------------------------------------------------------------------------- parser
 
+# ---------------------------------------------------------------------------- run
+
+def cmd_run(args) -> int:
+    from sim.float_run import LayerFileError, run_float
+    from sim.host import RunError
+    from sim.fast import HarnessError
+
+    _need("--idle", args.idle, 0, 0.99)
+    _need("--backpressure", args.backpressure, 0, 0.99)
+    cfg = _config(args)
+    out = Path(args.out)
+    if out.suffix != ".npz":
+        raise UsageError(f"--out {out}: the output file must end in .npz")
+    if args.sim != "golden":
+        print(f"run: {args.sim} on the generated Verilog of {cfg.name} (the first run of a "
+              f"design builds its model)", file=sys.stderr)
+    t0 = time.monotonic()
+    try:
+        rep = run_float(cfg, Path(args.layer), Path(args.input), causal=args.causal,
+                        sim=args.sim, seed=args.seed, idle=args.idle,
+                        backpressure=args.backpressure,
+                        calib_path=Path(args.calib) if args.calib else None)
+    except LayerFileError as e:
+        raise UsageError(str(e)) from None
+    except (RunError, HarnessError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp.npz")
+    np_save(tmp, y=rep.y, y_int=rep.y_int, y_ref=rep.y_ref, cycles=rep.cycles,
+            busy_cycles=rep.busy_cycles, stall_cycles=rep.stall_cycles, row_cosine=rep.cosines)
+    tmp.replace(out)
+    print(f"{len(rep.y)} rows on {args.sim}: {rep.cycles} cycles; row cosine against float64: "
+          f"worst {rep.cosines.min():.5f}, mean {rep.cosines.mean():.5f} "
+          f"({time.monotonic() - t0:.1f} s) -> {out}")
+    return 0
+
+
+def np_save(path, **arrays):
+    import numpy as np
+    np.savez(path, **arrays)
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="python -m hw", description=__doc__.split("\n\n")[0],
                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -418,6 +463,23 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--what", default="layer", choices=("layer", "softmax"))
     p.add_argument("--seq", type=int, nargs="+", default=None, help="layer: sequence lengths")
     p.add_argument("--rows", type=int, default=64, help="softmax: rows back to back (64)")
+
+    p = command("run", cmd_run, "quantize a float layer on its input, run it on the hardware "
+                "(or the golden model) and compare with float64")
+    p.add_argument("--layer", required=True, help=".npz with float Wq, Wk, Wv, Wo (torch "
+                   "(out, in) layout) and bq, bk, bv, bo")
+    p.add_argument("--input", required=True, help=".npz with x (L x d_model), optionally kv "
+                   "(cross-attention) and key_padding_mask (True = padding)")
+    p.add_argument("--causal", action="store_true", help="causal mask")
+    p.add_argument("--sim", default="verilator", choices=("verilator", "icarus", "golden"))
+    p.add_argument("--seed", type=int, default=0, help="seed of the stall pattern")
+    p.add_argument("--idle", type=float, default=0.0,
+                   help="probability of an idle input-stream cycle (0)")
+    p.add_argument("--backpressure", type=float, default=0.0,
+                   help="probability of output-stream backpressure in a cycle (0)")
+    p.add_argument("--calib", default=None, help=".npz with calibration x (and kv); default: "
+                   "calibrate on the input")
+    p.add_argument("--out", required=True, help="result .npz: y, y_int, y_ref, cycles, ...")
 
     p = command("synth-blocks", cmd_synth_blocks, "ECP5 synthesis (and nextpnr) of the matrix "
                 "engine and the softmax unit")

@@ -1,0 +1,185 @@
+"""``python -m hw run``: a float attention layer and its input, quantized, run on the hardware
+(or the golden model), and compared with the float64 reference.
+
+Files:
+
+- layer (``.npz``): float ``Wq, Wk, Wv, Wo`` (d_model x d_model, torch ``(out, in)`` layout)
+  and ``bq, bk, bv, bo`` (d_model);
+- input (``.npz``): ``x`` (L x d_model float); optionally ``kv`` (S x d_model: cross-attention)
+  and ``key_padding_mask`` (S bools, ``True`` = padding, torch's convention). The hardware
+  keeps the first KEY_LEN keys, so only a mask that pads at the end can be run;
+- calibration (``.npz``, optional): ``x`` (and ``kv`` for cross-attention), one sequence
+  (rows x d_model) or several of equal length (sequences x rows x d_model). Without it the
+  quantizer calibrates on the input itself;
+- output (``.npz``): ``y`` (dequantized, L x d_model), ``y_int`` (the int8 output), ``y_ref``
+  (float64 reference of the float layer on the float input), ``cycles``, ``busy_cycles``,
+  ``stall_cycles`` (-1 where the engine does not give one: busy cycles from the golden
+  model).
+
+Every problem with the files (a missing array, a wrong shape, a length the configuration does
+not allow, a mask the hardware cannot express) raises :class:`LayerFileError` naming it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+import golden as g
+
+__all__ = ["LayerFileError", "RunReport", "load_float_layer", "load_input", "run_float"]
+
+WEIGHT_NAMES = ("Wq", "Wk", "Wv", "Wo")
+BIAS_NAMES = ("bq", "bk", "bv", "bo")
+
+
+class LayerFileError(ValueError):
+    """A layer, input or calibration file that cannot be used, with the reason."""
+
+
+def _load_npz(path: Path, what: str) -> dict:
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            return {k: f[k] for k in f.files}
+    except FileNotFoundError:
+        raise LayerFileError(f"{what} file {path} does not exist") from None
+    except (OSError, ValueError) as e:
+        raise LayerFileError(f"{what} file {path} is not a readable .npz: {e}") from None
+
+
+def _float_array(arrays: dict, name: str, shape: tuple, path: Path) -> np.ndarray:
+    a = np.asarray(arrays[name])
+    if a.shape != shape:
+        raise LayerFileError(f"{path}: {name} has shape {a.shape}, expected {shape}")
+    if not np.issubdtype(a.dtype, np.number) or not np.all(np.isfinite(a)):
+        raise LayerFileError(f"{path}: {name} must hold finite numbers")
+    return a.astype(np.float64)
+
+
+def load_float_layer(cfg: g.AttentionConfig, path: Path) -> g.FloatLayer:
+    arrays = _load_npz(path, "layer")
+    missing = [n for n in WEIGHT_NAMES + BIAS_NAMES if n not in arrays]
+    if missing:
+        raise LayerFileError(f"{path}: missing {', '.join(missing)}; the file holds "
+                             f"{', '.join(f'{k} {arrays[k].shape}' for k in arrays) or 'nothing'}")
+    d = cfg.d_model
+    w = {n.lower(): _float_array(arrays, n, (d, d), path) for n in WEIGHT_NAMES}
+    b = {n: _float_array(arrays, n, (d,), path) for n in BIAS_NAMES}
+    return g.FloatLayer(**w, **b)
+
+
+@dataclass(frozen=True)
+class LayerInput:
+    x: np.ndarray
+    kv: np.ndarray | None
+    key_len: int | None        # None: every key
+
+
+def _rows(arrays, name, cfg, path, limit, limit_name) -> np.ndarray:
+    a = np.asarray(arrays[name])
+    if a.ndim != 2 or a.shape[1] != cfg.d_model:
+        raise LayerFileError(f"{path}: {name} has shape {a.shape}, expected (rows, "
+                             f"{cfg.d_model}) for d_model {cfg.d_model}")
+    if not 1 <= a.shape[0] <= limit:
+        raise LayerFileError(f"{path}: {name} has {a.shape[0]} rows, allowed 1..{limit} "
+                             f"({limit_name})")
+    return _float_array(arrays, name, a.shape, path)
+
+
+def load_input(cfg: g.AttentionConfig, path: Path) -> LayerInput:
+    arrays = _load_npz(path, "input")
+    if "x" not in arrays:
+        raise LayerFileError(f"{path}: no array x; the file holds "
+                             f"{', '.join(arrays) or 'nothing'}")
+    unknown = set(arrays) - {"x", "kv", "key_padding_mask"}
+    if unknown:
+        raise LayerFileError(f"{path}: unknown arrays {', '.join(sorted(unknown))}; allowed: "
+                             f"x, kv, key_padding_mask")
+    kv = None
+    if "kv" in arrays:
+        if not cfg.cross_attention:
+            raise LayerFileError(f"{path}: kv given (cross-attention) but the configuration "
+                                 f"has cross_attention = false")
+        x = _rows(arrays, "x", cfg, path, cfg.max_seq_len, "the configuration's max_seq_len")
+        kv = _rows(arrays, "kv", cfg, path, cfg.max_kv_len, "the configuration's max_kv_len")
+    else:
+        limit = min(cfg.max_seq_len, cfg.max_kv_len)
+        x = _rows(arrays, "x", cfg, path, limit, "the configuration's max_seq_len and "
+                  "max_kv_len: in self-attention the queries are also the keys")
+    keys = len(x) if kv is None else len(kv)
+    key_len = None
+    if "key_padding_mask" in arrays:
+        mask = np.asarray(arrays["key_padding_mask"])
+        if mask.dtype != np.bool_ or mask.shape != (keys,):
+            raise LayerFileError(f"{path}: key_padding_mask must be {keys} bools (one per key), "
+                                 f"not {mask.dtype} {mask.shape}")
+        n = int(np.argmax(mask)) if mask.any() else keys
+        if mask[n:].all() and not mask[:n].any():
+            if n == 0:
+                raise LayerFileError(f"{path}: key_padding_mask pads every key; at least the "
+                                     f"first key must be kept")
+            key_len = n if n < keys else None
+        else:
+            raise LayerFileError(
+                f"{path}: key_padding_mask pads keys {np.flatnonzero(mask)[:8].tolist()}...: the "
+                f"hardware can only pad at the end (it keeps the first KEY_LEN keys)")
+    return LayerInput(x, kv, key_len)
+
+
+def load_calibration(cfg: g.AttentionConfig, path: Path, cross: bool):
+    arrays = _load_npz(path, "calibration")
+    if "x" not in arrays or (cross and "kv" not in arrays):
+        raise LayerFileError(f"{path}: needs x{' and kv' if cross else ''}; the file holds "
+                             f"{', '.join(arrays) or 'nothing'}")
+    out = []
+    for name in ("x", "kv") if cross else ("x",):
+        a = np.asarray(arrays[name], dtype=np.float64)
+        if a.ndim not in (2, 3) or a.shape[-1] != cfg.d_model:
+            raise LayerFileError(f"{path}: {name} has shape {a.shape}, expected (rows, "
+                                 f"{cfg.d_model}) or (sequences, rows, {cfg.d_model})")
+        out.append(a)
+    return out[0], (out[1] if cross else None)
+
+
+@dataclass
+class RunReport:
+    y: np.ndarray
+    y_int: np.ndarray
+    y_ref: np.ndarray
+    cycles: int
+    busy_cycles: int
+    stall_cycles: int
+    cosines: np.ndarray         # per output row, y against y_ref
+
+
+def run_float(cfg: g.AttentionConfig, layer_path: Path, input_path: Path, *,
+              causal: bool = False, sim: str = "verilator", seed: int = 0,
+              idle: float = 0.0, backpressure: float = 0.0,
+              calib_path: Path | None = None) -> RunReport:
+    from sim.host import Sequence, run_layer
+
+    if causal and not cfg.causal_mask:
+        raise LayerFileError("--causal given but the configuration has causal_mask = false")
+    fl = load_float_layer(cfg, layer_path)
+    inp = load_input(cfg, input_path)
+    cross = inp.kv is not None
+    if calib_path is not None:
+        cx, ckv = load_calibration(cfg, calib_path, cross)
+        lens = None
+    else:
+        cx, ckv, lens = inp.x, inp.kv, inp.key_len
+    layer = g.quantize_layer(cfg, fl, cx, ckv, causal=causal, kv_len=lens)
+    s = layer.scales
+    xq = g.quantize_tensor(inp.x, s["x"], cfg.act_bits)
+    kvq = g.quantize_tensor(inp.kv, s["kv"], cfg.act_bits) if cross else None
+    res = run_layer(cfg, layer, [Sequence(xq, kvq, causal, inp.key_len)], sim=sim,
+                    seed=seed, idle=idle, backpressure=backpressure)[0]
+    y = g.dequantize(res.out, s["out"])
+    y_ref = g.attention_float(cfg, fl, inp.x, inp.kv, causal=causal, kv_len=inp.key_len)
+    num = (y * y_ref).sum(axis=1)
+    den = np.linalg.norm(y, axis=1) * np.linalg.norm(y_ref, axis=1)
+    cos = np.where(den > 0, num / np.where(den > 0, den, 1.0), 1.0)
+    return RunReport(y, res.out, y_ref, res.cycles,
+                     -1 if res.busy_cycles is None else res.busy_cycles, res.stall_cycles, cos)
