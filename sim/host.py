@@ -16,10 +16,8 @@
 - ``"icarus"``: the same Verilog in Icarus through cocotb (:mod:`sim.host_tb`, which runs
   :class:`sim.driver.AttentionDriver`); the job and the results cross as ``.npz`` files.
 - ``"golden"``: :func:`golden.attention_int` for the outputs and the cycle model
-  (:func:`hw.perf.layer.layer_timing`) for CYCLES and STALL_CYCLES (BUSY_CYCLES is the
-  model's array-busy count only in the hardware; here it is the sum of the matrix commands'
-  operand beats, :func:`hw.perf.layer.layer_timing`'s ``macs`` divided by the array size is
-  not the same thing, so it is left ``None``).
+  (:func:`hw.perf.layer.layer_timing` plus :data:`hw.perf.layer.TOP_CYCLES`) for CYCLES and
+  STALL_CYCLES of a run without stalls; the model has no BUSY_CYCLES, so it is ``None``.
 
 With ``overlapped=True`` each sequence is started as soon as STATUS.START_READY allows, while
 the previous ones compute and stream out (the double buffers), and ``end_cycle`` gives the
@@ -122,12 +120,12 @@ def run_layer(cfg: g.AttentionConfig, layer: g.QuantizedLayer, sequences, *,
 # ---------------------------------------------------------------------------- golden
 
 def _run_golden(cfg, layer, seqs) -> list[HostResult]:
-    from hw.perf.layer import layer_timing
+    from hw.perf.layer import TOP_CYCLES, layer_timing
     results = []
     for s in seqs:
         out = g.attention_int(cfg, layer, s.x, s.kv, causal=s.causal, kv_len=s.key_len)
         t = layer_timing(cfg, len(s.x), None if s.kv is None else len(s.kv))
-        results.append(HostResult(out, t.latency, None, t.softmax_stall, None))
+        results.append(HostResult(out, t.latency + TOP_CYCLES, None, t.softmax_stall, None))
     return results
 
 

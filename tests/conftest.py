@@ -32,6 +32,8 @@ def _only_marked_tests_simulate_or_synthesize(request, monkeypatch):
             raise RuntimeError(f"{request.node.nodeid} builds a simulator model: "
                                "mark it @pytest.mark.cocotb")
         monkeypatch.setattr(sim.runner, "build_model", refuse_build)
+        import sim.fast
+        monkeypatch.setattr(sim.fast, "build_harness", refuse_build)
     if "synth" not in marks:
         popen = subprocess.Popen
 

@@ -35,7 +35,7 @@ from hw.perf.matmul import ARRAY_LATENCY_EXTRA, POST_LATENCY, matmul_cycles
 from hw.perf.softmax import SoftmaxTiming
 
 __all__ = ["LayerTiming", "layer_timing", "stream_bytes_per_cycle", "JOB_OVERHEAD",
-           "LOAD_OVERHEAD", "STREAM_OVERHEAD", "FETCH_LATENCY"]
+           "LOAD_OVERHEAD", "STREAM_OVERHEAD", "FETCH_LATENCY", "TOP_CYCLES"]
 
 # Cycles from a job's go pulse to the engine's first operand beat: command and fetch registers.
 FETCH_LATENCY = 6
@@ -47,6 +47,10 @@ JOB_OVERHEAD = FETCH_LATENCY + 4
 # sampled into the loader, which hands the loaded sequence to the sequencer (take) one cycle
 # after its last word, and the sequencer raises go the cycle after that.
 LOAD_OVERHEAD = 2
+# What the top's CYCLES register reads beyond ``latency`` (the core's count) for a sequence
+# started on an idle engine with the input waiting: constant, measured over every mode and
+# length of the test configurations (tests/test_fast_layers.py).
+TOP_CYCLES = 4
 # From the softmax feeder's score buffer read to the beat at the softmax unit's input: the
 # block RAM read and its data register (ss2).
 SCORE_FEED_LATENCY = 2
