@@ -46,9 +46,11 @@ class HarnessTimeout(HarnessError):
     """A wait in the script did not end within the cycle limit (the design hung)."""
 
 
-def build_harness(verilog: Path, *, opt: str = OPT_LEVEL) -> Path:
+def build_harness(verilog: Path, *, opt: str | None = None) -> Path:
     """The harness binary for ``verilog`` (module ``attention_top``), built once per Verilog
-    text, harness source and options; returns its path."""
+    text, harness source and options (``opt``: the C++ level, default :data:`OPT_LEVEL`);
+    returns its path."""
+    opt = opt or OPT_LEVEL
     simulator_env()
     verilog = Path(verilog).resolve()
     digest = hashlib.sha256()
@@ -130,7 +132,7 @@ def _parse(line: str) -> tuple:
     return (tag, *map(int, rest))
 
 
-def run_script(verilog: Path, script: Script, *, opt: str = OPT_LEVEL) -> HarnessRun:
+def run_script(verilog: Path, script: Script, *, opt: str | None = None) -> HarnessRun:
     """Build (or reuse) the harness for ``verilog`` and run ``script``. Raises
     :class:`HarnessTimeout` when a wait exceeds the script's cycle limit."""
     binary = build_harness(verilog, opt=opt)

@@ -1,4 +1,6 @@
-"""End-to-end cocotb tests of the generated attention_top in Icarus and Verilator."""
+"""cocotb tests of the generated attention_top in Icarus: the bus protocol (random AXI4-Lite
+timing), every error and its recovery, reset in mid-run, and a smaller set of layers (the
+whole-layer sweep in Verilator runs through the fast path: tests/test_fast_layers.py)."""
 
 from __future__ import annotations
 
@@ -22,11 +24,11 @@ CONFIGS = {
 STALLS = {"none": (0.0, 0.0), "stalls": (0.3, 0.4)}
 
 
-CASES = [("tiny", "none"), ("tiny", "stalls"), ("tiny-2eng", "none"), ("narrow", "stalls")]
+CASES = [("tiny", "stalls"), ("tiny-2eng", "none"), ("narrow", "stalls")]
 
 
 @pytest.mark.cocotb
-@pytest.mark.parametrize("simulator", ["icarus", "verilator"])
+@pytest.mark.parametrize("simulator", ["icarus"])
 @pytest.mark.parametrize("config,stalls", CASES)
 def test_attention_top(simulator, config, stalls):
     cfg = CONFIGS[config]

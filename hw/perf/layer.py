@@ -48,8 +48,10 @@ JOB_OVERHEAD = FETCH_LATENCY + 4
 # after its last word, and the sequencer raises go the cycle after that.
 LOAD_OVERHEAD = 2
 # What the top's CYCLES register reads beyond ``latency`` (the core's count) for a sequence
-# started on an idle engine with the input waiting: constant, measured over every mode and
-# length of the test configurations (tests/test_fast_layers.py).
+# started on an idle engine and driven as sim.host's Verilator harness does (input words
+# from the cycle after STATUS is read back following the START write; an always-ready
+# output): constant over every mode and length of the test configurations
+# (tests/test_fast_layers.py). The cocotb driver's AXI4-Lite timing differs by a cycle.
 TOP_CYCLES = 4
 # From the softmax feeder's score buffer read to the beat at the softmax unit's input: the
 # block RAM read and its data register (ss2).

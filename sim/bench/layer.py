@@ -16,6 +16,11 @@ buffers), ``model_interval`` and ``utilization_overlapped`` (ideal / interval);
 ``build/synth/ecp5/report.json`` exists for the same configuration, ``gops`` and
 ``gops_overlapped`` at its Fmax (2 operations per MAC). Also writes ``bench.png`` (utilization
 and cycles against sequence length) and prints a table.
+
+``simulation_speed``: the same layers run again through the Verilator C++ harness
+(:func:`fast_path`, outputs and CYCLES checked): its simulated cycles per second against the
+cocotb driver's in the same benchmark run, and the harness's build time (cold, and the cached
+lookup).
 """
 
 from __future__ import annotations
@@ -44,6 +49,48 @@ def simulate(cfg, lengths, simulator="verilator", overlap=3) -> list[dict]:
                           "BENCH_SEQ": ",".join(map(str, lengths)), "BENCH_OUT": str(out),
                           "BENCH_OVERLAP": str(overlap)})
     return json.loads(out.read_text())["runs"]
+
+
+def fast_path(cfg, lengths, cocotb_runs) -> dict:
+    """The same layers (same seed, same lengths) through the Verilator C++ harness
+    (:mod:`sim.host`): outputs checked against golden, CYCLES within a few cycles of the cocotb
+    runs' (``fast_cycles`` in each run), and simulation speed against the cocotb driver's of
+    this same benchmark run."""
+    import time
+
+    import numpy as np
+
+    import golden as g
+    from sim.fast import build_harness
+    from sim.host import Sequence, run_layer
+    from sim.layers import make_case
+
+    top = verilog_for(AttentionTop, cfg, "attention_top")
+    t0 = time.monotonic()
+    binary = build_harness(top.verilog)
+    build_call_s = time.monotonic() - t0
+    cold_s = float((binary.parent / "build_seconds").read_text())
+    layer, runs = make_case(cfg, 1, [dict(seq=n) for n in lengths])   # as sim/bench/layer_tb
+    stats = {}
+    results = run_layer(cfg, layer, [Sequence(r["x"]) for r in runs], stats=stats)
+    for n, run, res, ref in zip(lengths, runs, results, cocotb_runs):
+        want = g.attention_int(cfg, layer, run["x"])
+        if not np.array_equal(res.out, want):
+            raise AssertionError(f"fast path, seq {n}: wrong output")
+        # The two drivers start the input stream a few cycles apart after START.
+        ref["fast_cycles"] = res.cycles
+        if abs(res.cycles - ref["cycles"]) > 8:
+            raise AssertionError(f"fast path, seq {n}: CYCLES {res.cycles}, the cocotb run "
+                                 f"read {ref['cycles']}")
+    fast = stats["sim_cycles"] / stats["sim_seconds"]
+    cocotb = (sum(r["cycles"] for r in cocotb_runs)
+              / sum(r["wall_s"] for r in cocotb_runs))
+    return {"harness_build_s": round(cold_s, 1),
+            "harness_build_cached_s": round(build_call_s, 2),
+            "fast_sim_cycles": stats["sim_cycles"],
+            "fast_wall_s": round(stats["sim_seconds"], 3),
+            "fast_cycles_per_s": round(fast), "cocotb_cycles_per_s": round(cocotb),
+            "speedup": round(fast / cocotb, 1)}
 
 
 def synth_fmax(cfg, report=REPO_ROOT / "build" / "synth" / "ecp5" / "report.json"):
@@ -106,6 +153,7 @@ def report_layer(cfg, lengths, others, simulator: str, out: Path) -> None:
     engine scaling), print the table, write ``out`` (JSON) and its plot beside it."""
     fmax = synth_fmax(cfg)
     runs = annotate(cfg, simulate(cfg, lengths, simulator), fmax)
+    speed = fast_path(cfg, lengths, runs)
     longest = max(lengths)
     scaling = [{"engines": cfg.engines, "seq_len": longest,
                 "cycles": next(r["cycles"] for r in runs if r["seq_len"] == longest)}]
@@ -120,7 +168,7 @@ def report_layer(cfg, lengths, others, simulator: str, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"config": cfg.name, "engines": cfg.engines,
                                "pes": cfg.total_pes, "fmax_mhz": fmax, "runs": runs,
-                               "scaling": scaling}, indent=2))
+                               "scaling": scaling, "simulation_speed": speed}, indent=2))
     plot(cfg, runs, out.with_suffix(".png"))
 
     print(f"{cfg.name}: {cfg.engines} engines x {cfg.array_rows}x{cfg.array_cols} PEs"
@@ -141,5 +189,9 @@ def report_layer(cfg, lengths, others, simulator: str, out: Path) -> None:
     for s in scaling:
         print(f"{s['engines']} engine(s), seq {s['seq_len']}: {s['cycles']} cycles, "
               f"speed-up {s['speedup']:.2f}")
+    print(f"simulation speed, same layers: Verilator harness {speed['fast_cycles_per_s']:,} "
+          f"cycles/s, cocotb driver ({simulator}) {speed['cocotb_cycles_per_s']:,} cycles/s: "
+          f"{speed['speedup']}x; harness build {speed['harness_build_s']} s "
+          f"(cached: {speed['harness_build_cached_s']} s)")
     print(f"wrote {out} and {out.with_suffix('.png')}")
 

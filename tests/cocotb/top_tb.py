@@ -61,13 +61,18 @@ def describe(run):
     return (f"seq {len(run['x'])}{kv}, causal {run['causal']}, key_len {run['key_len']}")
 
 
+# The whole sweep of modes and lengths runs in Verilator through the fast path
+# (tests/test_fast_layers.py); here a layer per mode: full, causal with padding, cross.
+SOME_RUNS = [RUNS[0], RUNS[3]] + RUNS[5:6]
+
+
 @cocotb.test()
 async def layers_back_to_back(dut):
-    """Every mode and length, back to back on one load of resident weights."""
+    """A layer per mode, back to back on one load of resident weights."""
     drv = driver(dut)
     await drv.start()
     await drv.load_layer(LAYER)
-    for run in RUNS:
+    for run in SOME_RUNS:
         res = await drv.run(run["x"], run.get("kv"), causal=run["causal"],
                             key_len=run["key_len"])
         check(res, run, describe(run))
@@ -81,7 +86,7 @@ async def sequences_overlapped(dut):
     drv = driver(dut, 30)
     await drv.start()
     await drv.load_layer(LAYER)
-    runs = RUNS + RUNS[:2]
+    runs = SOME_RUNS + RUNS[1:2]
     results = await drv.run_overlapped(
         [dict(x=r["x"], kv=r.get("kv"), causal=r["causal"], key_len=r["key_len"])
          for r in runs])
@@ -190,6 +195,6 @@ async def reset_mid_run(dut):
     assert res.errors == ["BAD_SHIFT"], res.errors
     # The weights themselves are block RAM and survive: rewrite the parameters only.
     await drv.load_layer(LAYER, weights=False)
-    for r in RUNS[:3]:
+    for r in RUNS[:2]:
         res = await drv.run(r["x"], r.get("kv"), causal=r["causal"], key_len=r["key_len"])
         check(res, r, f"after reset: {describe(r)}")
