@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -157,12 +159,33 @@ class MatmulEngine(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
-        R, C = self.rows, self.cols
-        S = self.min_tile_steps
-        m.submodules.array = array = SystolicArray(R, C, self.a_width, self.b_width,
-                                                   cfg.acc_bits)
-        mult_bits = cfg.requant_mult_bits
+        R = self.rows
+        m.submodules.array = array = SystolicArray(self.rows, self.cols, self.a_width,
+                                                   self.b_width, cfg.acc_bits)
 
+        en = self._step_enable()
+        ring = self._descriptor_store()
+        row_first = Signal()          # row_data holds row 0 of a tile (a register)
+        row_final = array.row_valid & (array.row_index == R - 1)
+        bias_take = row_first & ring.head.bias_en
+        m.d.comb += array.en.eq(en.advance)
+
+        pos = self._tile_registers(ring.desc_layout)
+        creg = self._command_register(m, pos)
+        feed = self._feeder(m, array, en.go, pos, creg)
+        self._tile_counters(m, en.go, ring, pos, creg, feed)
+        head_next_bias_en = self._descriptor_readout(m, en.go, ring, row_final)
+        bias_buf_valid_next = self._bias_buffer(m, en, bias_take)
+        out_row, meta = self._post_process(m, array, ring.head, en.go, row_first, en.bias_buf)
+        self._output_and_enable(m, array, en, row_first, head_next_bias_en,
+                                bias_buf_valid_next, out_row, meta)
+        return m
+
+    def _step_enable(self):
+        """Creates the step enable's registers and the state it is computed from; returns
+        ``out_depth``, ``out_count``, ``bias_buf``, ``bias_buf_valid``, ``advance``, ``stall``
+        and ``go`` (``~stall``) as a namespace."""
+        cfg, C = self.cfg, self.cols
         # ---------------------------------------------------------- step enable
         # Everything from the operand inputs to the output buffer advances in lockstep, by one
         # step enable that is itself a register (it fans out to every register of the array):
@@ -183,7 +206,17 @@ class MatmulEngine(wiring.Component):
         advance = Signal(init=1)
         stall = Signal()
         go = ~stall
+        return SimpleNamespace(out_depth=OUT_DEPTH, out_count=out_count, bias_buf=bias_buf,
+                               bias_buf_valid=bias_buf_valid, advance=advance, stall=stall,
+                               go=go)
 
+    def _descriptor_store(self):
+        """Creates the ring of tile descriptors and its pointers; returns ``desc_layout``,
+        ``depth``, ``descs``, ``desc_wr``, ``desc_rd``, ``desc_rd_next`` and ``head`` (the
+        registered copy of the entry read) as a namespace."""
+        R, C = self.rows, self.cols
+        S = self.min_tile_steps
+        mult_bits = self.cfg.requant_mult_bits
         # Per tile, written when its last beat is issued and read when its rows leave the
         # array. Everything the row read-out needs is precomputed here (column mask, index of
         # the tile's last valid row), so the read-out compares only small registers.
@@ -207,12 +240,14 @@ class MatmulEngine(wiring.Component):
         desc_rd = Signal(range(depth))
         desc_rd_next = Signal(range(depth), init=1)   # desc_rd + 1, wrapped
         head = Signal(desc_layout, reset_less=True)   # registered copy of descs[desc_rd]
+        return SimpleNamespace(desc_layout=desc_layout, depth=depth, descs=descs,
+                               desc_wr=desc_wr, desc_rd=desc_rd, desc_rd_next=desc_rd_next,
+                               head=head)
 
-        row_first = Signal()          # row_data holds row 0 of a tile (a register)
-        row_final = array.row_valid & (array.row_index == R - 1)
-        bias_take = row_first & head.bias_en
-        m.d.comb += array.en.eq(advance)
-
+    def _tile_registers(self, desc_layout):
+        """Creates the feeder's registers (position in the command, the command's fields, the
+        beat flags and the tile spacing); returns them as a namespace of the same names."""
+        S = self.min_tile_steps
         # ---------------------------------------------------------- command and feeder
         # The position in the command is kept as registered flags and down-counters (first /
         # last beat of the tile, rows and columns left), so the handshakes and the
@@ -223,7 +258,7 @@ class MatmulEngine(wiring.Component):
         rows_left = Signal(self.cmd_layout["m"].shape)   # m - row0
         cols_left = Signal(self.cmd_layout["n"].shape)   # n - col0
         cur_bias_en, cur_requant_en = Signal(), Signal()
-        cur_mult = Signal(mult_bits)
+        cur_mult = Signal(self.cfg.requant_mult_bits)
         cur_shift_m1 = Signal(6)
         cur_k_m1 = Signal(self.cmd_layout["k"].shape)    # k - 1
         cur_k_one = Signal()                             # k == 1
@@ -232,7 +267,17 @@ class MatmulEngine(wiring.Component):
         busy = Signal()
         since_last = Signal(range(S + 1), init=S)
         spaced = Signal(init=1)                          # since_last >= S
+        return SimpleNamespace(
+            cur_n=cur_n, cur_row0=cur_row0, cur_col0=cur_col0, rows_left=rows_left,
+            cols_left=cols_left, cur_bias_en=cur_bias_en, cur_requant_en=cur_requant_en,
+            cur_mult=cur_mult, cur_shift_m1=cur_shift_m1, cur_k_m1=cur_k_m1,
+            cur_k_one=cur_k_one, kk_left=kk_left, is_first=is_first, is_last=is_last,
+            busy=busy, since_last=since_last, spaced=spaced)
 
+    def _command_register(self, m, pos):
+        """Builds the one-entry command register (``cmd.ready``, the checks, ``error``);
+        returns its registers (``cq_*``) as a namespace of the same names."""
+        R, C = self.rows, self.cols
         # Command register: a beat is checked and decoded as it is taken (cmd.ready is
         # ~cq_valid, a flip-flop), and the tile counters load from these registers. The
         # command comes from the core's job registers, often far from this engine; the
@@ -243,16 +288,16 @@ class MatmulEngine(wiring.Component):
                   & (cmd.k >= 1) & (cmd.k <= self.max_k)
                   & (~cmd.requant_en | ((cmd.shift >= 1) & (cmd.shift <= 62))))
         cq_valid = Signal()
-        cq_m = Signal.like(rows_left, reset_less=True)
-        cq_n = Signal.like(cur_n, reset_less=True)
-        cq_k_m1 = Signal.like(cur_k_m1, reset_less=True)
+        cq_m = Signal.like(pos.rows_left, reset_less=True)
+        cq_n = Signal.like(pos.cur_n, reset_less=True)
+        cq_k_m1 = Signal.like(pos.cur_k_m1, reset_less=True)
         cq_k_one = Signal(reset_less=True)
         cq_n_le_c = Signal(reset_less=True)
         cq_m_le_r = Signal(reset_less=True)
         cq_bias_en = Signal(reset_less=True)
         cq_requant_en = Signal(reset_less=True)
-        cq_mult = Signal.like(cur_mult, reset_less=True)
-        cq_shift_m1 = Signal.like(cur_shift_m1, reset_less=True)
+        cq_mult = Signal.like(pos.cur_mult, reset_less=True)
+        cq_shift_m1 = Signal.like(pos.cur_shift_m1, reset_less=True)
         cmd_in = self.cmd.valid & ~cq_valid
         m.d.comb += self.cmd.ready.eq(~cq_valid)
         # A rejected command is taken but not kept: error pulses in the next cycle.
@@ -268,15 +313,23 @@ class MatmulEngine(wiring.Component):
                 cq_mult.eq(Mux(cmd.requant_en, cmd.mult, 1)),
                 cq_shift_m1.eq(Mux(cmd.requant_en, cmd.shift - 1, 0)),
             ]
+        return SimpleNamespace(
+            cq_valid=cq_valid, cq_m=cq_m, cq_n=cq_n, cq_k_m1=cq_k_m1, cq_k_one=cq_k_one,
+            cq_n_le_c=cq_n_le_c, cq_m_le_r=cq_m_le_r, cq_bias_en=cq_bias_en,
+            cq_requant_en=cq_requant_en, cq_mult=cq_mult, cq_shift_m1=cq_shift_m1)
 
+    def _feeder(self, m, array, go, pos, creg):
+        """Builds the operand handshakes into the array and the command take; returns
+        ``busy_n``, ``is_last_n``, ``spaced_n`` (the flags' next values), ``issue``,
+        ``row_end``, ``rows_end``, ``cmd_end`` and ``cmd_take`` as a namespace."""
         # feeding = busy & (~is_last | spaced), a register computed from the three flags'
         # next values (busy_n, is_last_n, spaced_n): the handshakes, the command take and the
         # tile counters' enables then start from one flip-flop, not three LUT levels of flags
         # (this engine is spread over a large area, and that path was the routed top's worst).
         busy_n, is_last_n, spaced_n = Signal(), Signal(), Signal()
         feeding = Signal()
-        m.d.comb += [busy_n.eq(busy), is_last_n.eq(is_last), spaced_n.eq(spaced)]
-        m.d.sync += [busy.eq(busy_n), is_last.eq(is_last_n), spaced.eq(spaced_n),
+        m.d.comb += [busy_n.eq(pos.busy), is_last_n.eq(pos.is_last), spaced_n.eq(pos.spaced)]
+        m.d.sync += [pos.busy.eq(busy_n), pos.is_last.eq(is_last_n), pos.spaced.eq(spaced_n),
                      feeding.eq(busy_n & (~is_last_n | spaced_n))]
         issue = feeding & self.a.valid & self.b.valid
         # cols_left <= C and rows_left <= R, kept as registers next to the counters: the
@@ -284,10 +337,10 @@ class MatmulEngine(wiring.Component):
         row_end = Signal(init=1)
         rows_end = Signal(init=1)
         cmd_end = row_end & rows_end
-        finishing = issue & is_last & cmd_end
-        cmd_take = cq_valid & go & (~busy | finishing)
+        finishing = issue & pos.is_last & cmd_end
+        cmd_take = creg.cq_valid & go & (~pos.busy | finishing)
         with m.If(cmd_take):
-            m.d.sync += cq_valid.eq(0)
+            m.d.sync += creg.cq_valid.eq(0)
 
         m.d.comb += [
             self.a.ready.eq(go & feeding & self.b.valid),
@@ -295,77 +348,94 @@ class MatmulEngine(wiring.Component):
             array.valid.eq(issue),
             array.a.eq(self.a.payload),
             array.b.eq(self.b.payload),
-            array.first.eq(issue & is_first),
-            array.last.eq(issue & is_last),
+            array.first.eq(issue & pos.is_first),
+            array.last.eq(issue & pos.is_last),
         ]
+        return SimpleNamespace(busy_n=busy_n, is_last_n=is_last_n, spaced_n=spaced_n,
+                               issue=issue, row_end=row_end, rows_end=rows_end,
+                               cmd_end=cmd_end, cmd_take=cmd_take)
 
-        new_desc = Signal(desc_layout)
+    def _tile_counters(self, m, go, ring, pos, creg, feed):
+        """Builds the tile counters and the descriptor write: each issued beat moves the
+        position in the command (the tile's last beat writes its descriptor), a command take
+        loads it from the command register. Returns nothing."""
+        R, C = self.rows, self.cols
+        S = self.min_tile_steps
+        issue, is_last, cmd_end = feed.issue, pos.is_last, feed.cmd_end
+        new_desc = Signal(ring.desc_layout)
         m.d.comb += [
-            new_desc.row0.eq(cur_row0), new_desc.col0.eq(cur_col0),
-            new_desc.col_mask.eq(Cat(*(cols_left > c for c in range(C)))),
-            new_desc.last_row.eq(Mux(rows_left >= R, R - 1, rows_left - 1)),
-            new_desc.last_tile.eq(cmd_end), new_desc.bias_en.eq(cur_bias_en),
-            new_desc.requant_en.eq(cur_requant_en), new_desc.mult.eq(cur_mult),
-            new_desc.shift_m1.eq(cur_shift_m1),
+            new_desc.row0.eq(pos.cur_row0), new_desc.col0.eq(pos.cur_col0),
+            new_desc.col_mask.eq(Cat(*(pos.cols_left > c for c in range(C)))),
+            new_desc.last_row.eq(Mux(pos.rows_left >= R, R - 1, pos.rows_left - 1)),
+            new_desc.last_tile.eq(cmd_end), new_desc.bias_en.eq(pos.cur_bias_en),
+            new_desc.requant_en.eq(pos.cur_requant_en), new_desc.mult.eq(pos.cur_mult),
+            new_desc.shift_m1.eq(pos.cur_shift_m1),
         ]
 
         with m.If(go):
             with m.If(issue & is_last):
-                m.d.sync += since_last.eq(1)
-                m.d.comb += spaced_n.eq(S <= 1)
+                m.d.sync += pos.since_last.eq(1)
+                m.d.comb += feed.spaced_n.eq(S <= 1)
             with m.Else():
-                m.d.sync += since_last.eq(Mux(since_last < S, since_last + 1, S))
-                m.d.comb += spaced_n.eq(since_last >= S - 1)
+                m.d.sync += pos.since_last.eq(Mux(pos.since_last < S, pos.since_last + 1, S))
+                m.d.comb += feed.spaced_n.eq(pos.since_last >= S - 1)
             with m.If(issue):
                 with m.If(is_last):
-                    m.d.sync += [kk_left.eq(cur_k_m1), is_first.eq(1)]
-                    m.d.comb += is_last_n.eq(cur_k_one)
+                    m.d.sync += [pos.kk_left.eq(pos.cur_k_m1), pos.is_first.eq(1)]
+                    m.d.comb += feed.is_last_n.eq(pos.cur_k_one)
                 with m.Else():
-                    m.d.sync += [kk_left.eq(kk_left - 1), is_first.eq(0)]
-                    m.d.comb += is_last_n.eq(kk_left == 1)
+                    m.d.sync += [pos.kk_left.eq(pos.kk_left - 1), pos.is_first.eq(0)]
+                    m.d.comb += feed.is_last_n.eq(pos.kk_left == 1)
                 with m.If(is_last):
                     m.d.sync += [
-                        descs[desc_wr].eq(new_desc),
-                        desc_wr.eq(Mux(desc_wr == depth - 1, 0, desc_wr + 1)),
+                        ring.descs[ring.desc_wr].eq(new_desc),
+                        ring.desc_wr.eq(Mux(ring.desc_wr == ring.depth - 1, 0, ring.desc_wr + 1)),
                     ]
-                    with m.If(row_end):
-                        m.d.sync += [cur_col0.eq(0), cols_left.eq(cur_n),
-                                     cur_row0.eq(cur_row0 + R), rows_left.eq(rows_left - R),
-                                     row_end.eq(cur_n <= C), rows_end.eq(rows_left <= 2 * R)]
+                    with m.If(feed.row_end):
+                        m.d.sync += [pos.cur_col0.eq(0), pos.cols_left.eq(pos.cur_n),
+                                     pos.cur_row0.eq(pos.cur_row0 + R),
+                                     pos.rows_left.eq(pos.rows_left - R),
+                                     feed.row_end.eq(pos.cur_n <= C),
+                                     feed.rows_end.eq(pos.rows_left <= 2 * R)]
                     with m.Else():
-                        m.d.sync += [cur_col0.eq(cur_col0 + C), cols_left.eq(cols_left - C),
-                                     row_end.eq(cols_left <= 2 * C)]
+                        m.d.sync += [pos.cur_col0.eq(pos.cur_col0 + C),
+                                     pos.cols_left.eq(pos.cols_left - C),
+                                     feed.row_end.eq(pos.cols_left <= 2 * C)]
                     with m.If(cmd_end):
-                        m.d.comb += busy_n.eq(0)
-            with m.If(cmd_take):
-                m.d.comb += [busy_n.eq(1), is_last_n.eq(cq_k_one)]
+                        m.d.comb += feed.busy_n.eq(0)
+            with m.If(feed.cmd_take):
+                m.d.comb += [feed.busy_n.eq(1), feed.is_last_n.eq(creg.cq_k_one)]
                 m.d.sync += [
-                    kk_left.eq(cq_k_m1),
-                    is_first.eq(1),
-                    cur_k_m1.eq(cq_k_m1),
-                    cur_k_one.eq(cq_k_one),
-                    cur_row0.eq(0),
-                    cur_col0.eq(0),
-                    rows_left.eq(cq_m),
-                    cols_left.eq(cq_n),
-                    row_end.eq(cq_n_le_c),
-                    rows_end.eq(cq_m_le_r),
-                    cur_n.eq(cq_n),
-                    cur_bias_en.eq(cq_bias_en),
-                    cur_requant_en.eq(cq_requant_en),
-                    cur_mult.eq(cq_mult),
-                    cur_shift_m1.eq(cq_shift_m1),
+                    pos.kk_left.eq(creg.cq_k_m1),
+                    pos.is_first.eq(1),
+                    pos.cur_k_m1.eq(creg.cq_k_m1),
+                    pos.cur_k_one.eq(creg.cq_k_one),
+                    pos.cur_row0.eq(0),
+                    pos.cur_col0.eq(0),
+                    pos.rows_left.eq(creg.cq_m),
+                    pos.cols_left.eq(creg.cq_n),
+                    feed.row_end.eq(creg.cq_n_le_c),
+                    feed.rows_end.eq(creg.cq_m_le_r),
+                    pos.cur_n.eq(creg.cq_n),
+                    pos.cur_bias_en.eq(creg.cq_bias_en),
+                    pos.cur_requant_en.eq(creg.cq_requant_en),
+                    pos.cur_mult.eq(creg.cq_mult),
+                    pos.cur_shift_m1.eq(creg.cq_shift_m1),
                 ]
 
+    def _descriptor_readout(self, m, go, ring, row_final):
+        """Builds the descriptor ring's read side (``head`` and the read pointers); returns
+        ``head_next``'s ``bias_en``, from registers, for the next step enable."""
+        descs, desc_rd, desc_rd_next = ring.descs, ring.desc_rd, ring.desc_rd_next
         # ---------------------------------------------------------- descriptor read-out
         # head follows descs[desc_rd] one cycle later; when desc_rd moves on, it loads the
         # next entry directly. A descriptor is written at least C + 5 steps before its tile's
         # first row leaves the array, so the copy is never stale when it is used.
         advance_desc = go & row_final
-        head_next = Signal(desc_layout)
+        head_next = Signal(ring.desc_layout)
         m.d.comb += head_next.eq(Mux(advance_desc, descs[desc_rd_next], descs[desc_rd]))
-        m.d.sync += head.eq(head_next)
-        desc_rd_next2 = Mux(desc_rd_next == depth - 1, 0, desc_rd_next + 1)
+        m.d.sync += ring.head.eq(head_next)
+        desc_rd_next2 = Mux(desc_rd_next == ring.depth - 1, 0, desc_rd_next + 1)
         with m.If(advance_desc):
             m.d.sync += [desc_rd.eq(desc_rd_next), desc_rd_next.eq(desc_rd_next2)]
         # head_next.bias_en for the step enable, from registers: descs[desc_rd_next].bias_en
@@ -375,20 +445,29 @@ class MatmulEngine(wiring.Component):
         next_bias_en = Signal()
         m.d.sync += next_bias_en.eq(Mux(advance_desc, descs[desc_rd_next2].bias_en,
                                         descs[desc_rd_next].bias_en))
-        head_next_bias_en = Mux(advance_desc, next_bias_en, head.bias_en)
+        head_next_bias_en = Mux(advance_desc, next_bias_en, ring.head.bias_en)
+        return head_next_bias_en
 
+    def _bias_buffer(self, m, en, bias_take):
+        """Builds the one-entry bias buffer (``bias.ready``, ``bias_buf``); returns
+        ``bias_buf_valid_next``, its valid flag's next value."""
         # ---------------------------------------------------------- bias buffer
         bias_buf_valid_next = Signal()
-        m.d.comb += [self.bias.ready.eq(~bias_buf_valid),
-                     bias_buf_valid_next.eq(bias_buf_valid)]
+        m.d.comb += [self.bias.ready.eq(~en.bias_buf_valid),
+                     bias_buf_valid_next.eq(en.bias_buf_valid)]
         with m.If(self.bias.valid & self.bias.ready):
-            m.d.sync += bias_buf.eq(self.bias.payload)
+            m.d.sync += en.bias_buf.eq(self.bias.payload)
             m.d.comb += bias_buf_valid_next.eq(1)
-        with m.Elif(go & bias_take):
+        with m.Elif(en.go & bias_take):
             m.d.comb += bias_buf_valid_next.eq(0)
-        m.d.sync += bias_buf_valid.eq(bias_buf_valid_next)
+        m.d.sync += en.bias_buf_valid.eq(bias_buf_valid_next)
+        return bias_buf_valid_next
 
-        out_row, meta = self._post_process(m, array, head, go, row_first, bias_buf)
+    def _output_and_enable(self, m, array, en, row_first, head_next_bias_en,
+                           bias_buf_valid_next, out_row, meta):
+        """Builds the output buffer (a StreamQueue onto ``result``) and the next step enable
+        (``advance``, ``stall``, ``row_first``). Returns nothing."""
+        OUT_DEPTH = en.out_depth
         PL = self.PRODUCT_LATENCY
 
         # ---------------------------------------------------------- output buffer
@@ -398,23 +477,22 @@ class MatmulEngine(wiring.Component):
         m.submodules.out_queue = out_queue = StreamQueue(
             self.result_layout, OUT_DEPTH, checked=False, one_hot=True)
         push = Signal()
-        m.d.comb += [push.eq(go & meta[PL + 3].valid),
+        m.d.comb += [push.eq(en.go & meta[PL + 3].valid),
                      out_queue.w_stream.valid.eq(push), out_queue.w_stream.payload.eq(out_row),
-                     out_count.eq(out_queue.level)]
+                     en.out_count.eq(out_queue.level)]
         wiring.connect(m, out_queue.r_stream, wiring.flipped(self.result))
 
         # ---------------------------------------------------------- next step enable
         # The next cycle's row at the array output is row 0 of a tile iff the array advances
         # now with its row-0 ready flag set (or holds such a row); its descriptor is
         # head_next, and bias_buf_valid_next says whether its bias will be buffered.
-        row_first_next = Mux(go, array.row_ready[0], row_first)
+        row_first_next = Mux(en.go, array.row_ready[0], row_first)
         m.d.sync += row_first.eq(row_first_next)
-        room_next = out_count + push < OUT_DEPTH
+        room_next = en.out_count + push < OUT_DEPTH
         advance_next = Signal()
         m.d.comb += advance_next.eq(room_next & ~(row_first_next & head_next_bias_en
                                                   & ~bias_buf_valid_next))
-        m.d.sync += [advance.eq(advance_next), stall.eq(~advance_next)]
-        return m
+        m.d.sync += [en.advance.eq(advance_next), en.stall.eq(~advance_next)]
 
     def _post_process(self, m, array, head, go, row_first, bias_buf):
         """Bias, requantization, saturation and column mask of the rows leaving the array;
@@ -459,17 +537,8 @@ class MatmulEngine(wiring.Component):
         q7_bit_a = Signal(C)
         q7_or = [Signal(len(groups), name=f"upper_or_{c}") for c in range(C)]
         q7_and = [Signal(len(groups), name=f"upper_and_{c}") for c in range(C)]
-        products = []
-        for c in range(C):
-            mul = WideMultiplier(sum_shape, unsigned(mult_bits))
-            m.submodules[f"requant_mult_{c}"] = mul
-            m.d.comb += [mul.en.eq(go), mul.a.eq(q1_sum[c]), mul.b.eq(q1_mult)]
-            m.submodules[f"product_pad_{c}"] = pad = DelayLine(mul.p.shape(), PL - mul.latency)
-            m.d.comb += [pad.value.eq(mul.p), pad.en.eq(go)]
-            products.append(pad.delayed)
+        products = self._requant_products(m, go, sum_shape, q1_sum, q1_mult)
 
-        qmax = (1 << (cfg.act_bits - 1)) - 1
-        qmin = -(1 << (cfg.act_bits - 1))
         row = head.row0 + array.row_index
         with m.If(go):
             with m.If(row_first):
@@ -520,10 +589,34 @@ class MatmulEngine(wiring.Component):
                                        for lo, hi in groups))),
                 ]
 
+        out_row = self._output_row(m, meta[PL + 3], q7_val, q7_sign, q7_low_ones, q7_bit_a,
+                                   q7_or, q7_and)
+        return out_row, meta
+
+    def _requant_products(self, m, go, sum_shape, q1_sum, q1_mult):
+        """Builds one WideMultiplier per column for ``q1_sum[c] * q1_mult``, padded by a
+        DelayLine to PRODUCT_LATENCY steps; returns the columns' products."""
+        PL = self.PRODUCT_LATENCY
+        mult_bits = self.cfg.requant_mult_bits
+        products = []
+        for c in range(self.cols):
+            mul = WideMultiplier(sum_shape, unsigned(mult_bits))
+            m.submodules[f"requant_mult_{c}"] = mul
+            m.d.comb += [mul.en.eq(go), mul.a.eq(q1_sum[c]), mul.b.eq(q1_mult)]
+            m.submodules[f"product_pad_{c}"] = pad = DelayLine(mul.p.shape(), PL - mul.latency)
+            m.d.comb += [pad.value.eq(mul.p), pad.en.eq(go)]
+            products.append(pad.delayed)
+        return products
+
+    def _output_row(self, m, q7, q7_val, q7_sign, q7_low_ones, q7_bit_a, q7_or, q7_and):
+        """Builds the last stage's saturation (with ``requant_en``) and column mask from the
+        q7 value and flags; returns the output row (``result_layout``)."""
+        cfg = self.cfg
+        qmax = (1 << (cfg.act_bits - 1)) - 1
+        qmin = -(1 << (cfg.act_bits - 1))
         out_row = Signal(self.result_layout)
-        q7 = meta[PL + 3]
         m.d.comb += [out_row.row.eq(q7.row), out_row.col.eq(q7.col), out_row.last.eq(q7.last)]
-        for c in range(C):
+        for c in range(self.cols):
             upper_zero = ~q7_or[c].any()
             upper_m1 = q7_and[c].all() & q7_bit_a[c]       # x >> a == -1
             upper_m2 = q7_and[c].all() & ~q7_bit_a[c]      # x >> a == -2
@@ -532,4 +625,4 @@ class MatmulEngine(wiring.Component):
             clamped = Mux(hi, qmax, Mux(lo, qmin, q7_val[c]))
             value = Mux(q7.requant_en, clamped, q7_val[c])
             m.d.comb += out_row.data[c].eq(Mux(q7.col_mask[c], value, 0))
-        return out_row, meta
+        return out_row
