@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from amaranth import C, Cat, Const, Module, Mux, Signal
+from typing import NamedTuple
+
+from amaranth import C, Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -14,6 +16,19 @@ from hw.bus.regmap import (ERROR_CAUSES, RESP_OKAY, RESP_SLVERR, Access, Guard, 
 __all__ = ["AxiLiteSignature", "AxiLiteRegs"]
 
 _CAUSE = {name: i for i, (name, _) in enumerate(ERROR_CAUSES)}
+
+
+class _HeldWrite(NamedTuple):
+    """The held write, as :meth:`AxiLiteRegs._write_channel` hands it on."""
+    w_data: Signal          # write data and strobes (valid while the write is held)
+    w_strb: Signal
+    byte_mask: Value        # w_strb with each bit repeated over its byte
+    win_word: Value         # the window word the held address points at
+    write: Signal           # the held write executes this cycle
+    hit: dict               # register name: Signal, ``write`` to that register
+    in_window: Signal       # the held write is to the used part of the weight window
+    dirties: Signal         # ... to the window or a layer parameter (clears WEIGHTS_VALID)
+    run_only: Signal        # ... to the window or a register that is dropped while busy
 
 
 class AxiLiteSignature(wiring.Signature):
@@ -159,8 +174,6 @@ class AxiLiteRegs(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        rmap, bus = self._regmap, self.s_axi
-        aw = rmap.addr_width
         n_causes = len(ERROR_CAUSES)
 
         # ---------------------------------------------------------------- state
@@ -187,7 +200,44 @@ class AxiLiteRegs(wiring.Component):
                 v = v | (source[reg.name, f.name].as_unsigned() << f.lsb)
             return v[:32]
 
-        # ---------------------------------------------------------------- write channel
+        held = self._write_channel(m)
+        w_data, byte_mask = held.w_data, held.byte_mask
+
+        def written(reg, f):
+            """Field ``f`` after a strobed write of w_data (unstrobed bytes keep their value)."""
+            merged = (value(reg) & ~byte_mask) | (w_data & byte_mask)
+            return merged[f.lsb:f.lsb + f.width]
+
+        set_causes = Signal(n_causes)
+        clear_causes = Signal(n_causes)
+        write_while_busy = Signal()
+        weights_dirty = Signal()    # an accepted weight or layer-parameter write
+        write, run_only, dirties = held.write, held.run_only, held.dirties
+        m.d.comb += [write_while_busy.eq(write & run_only & running),
+                     weights_dirty.eq(write & dirties & ~running)]
+
+        self._register_fields(m, source, held.hit, running, written)
+        self._window_port(m, held, running)
+
+        def ones_written(f):
+            """Field ``f`` of the strobed write data: the bits a W1C write clears."""
+            return (w_data & byte_mask)[f.lsb:f.lsb + f.width]
+
+        self._start_request(m, held.hit, written, ones_written, set_causes)
+        self._status_flags(m, held.hit, ones_written, done, causes, set_causes, clear_causes,
+                           write_while_busy, weights_dirty)
+
+        m.d.comb += self.irq.eq(irq_en & (done | error))
+
+        self._read_channel(m, value)
+        return m
+
+    def _write_channel(self, m):
+        """AW and W: one holding register each, the address decoded into flags as AW is
+        accepted; the held write executes (``write``) when both are full and B is free, and
+        B answers it the cycle after."""
+        rmap, bus = self._regmap, self.s_axi
+        aw = rmap.addr_width
         aw_full = Signal()
         aw_addr = Signal(aw)
         w_full = Signal()
@@ -239,20 +289,14 @@ class AxiLiteRegs(wiring.Component):
             m.d.comb += hit[reg.name].eq(write & aw_hit[reg.name])
         with m.If(write):
             m.d.sync += bresp.eq(Mux(mapped, RESP_OKAY, RESP_SLVERR))
+        return _HeldWrite(w_data=w_data, w_strb=w_strb, byte_mask=byte_mask,
+                          win_word=win_word, write=write, hit=hit, in_window=in_window,
+                          dirties=dirties, run_only=run_only)
 
-        def written(reg, f):
-            """Field ``f`` after a strobed write of w_data (unstrobed bytes keep their value)."""
-            merged = (value(reg) & ~byte_mask) | (w_data & byte_mask)
-            return merged[f.lsb:f.lsb + f.width]
-
-        set_causes = Signal(n_causes)
-        clear_causes = Signal(n_causes)
-        write_while_busy = Signal()
-        weights_dirty = Signal()    # an accepted weight or layer-parameter write
-        m.d.comb += [write_while_busy.eq(write & run_only & running),
-                     weights_dirty.eq(write & dirties & ~running)]
-
-        for reg in rmap:
+    def _register_fields(self, m, source, hit, running, written):
+        """The writable fields: each takes ``written(reg, f)`` on its register's ``hit``;
+        guarded fields only while not ``running``."""
+        for reg in self._regmap:
             for f in reg.fields:
                 if f.access is not Access.RW or f.const:
                     continue
@@ -264,6 +308,10 @@ class AxiLiteRegs(wiring.Component):
                     with m.If(hit[reg.name]):
                         m.d.sync += target.eq(written(reg, f))
 
+    def _window_port(self, m, held, running):
+        """The weight-window write port, from the held write (``held``: :class:`_HeldWrite`)."""
+        write, in_window, win_word = held.write, held.in_window, held.win_word
+        w_data, w_strb = held.w_data, held.w_strb
         # Weight window: registered write port, one cycle per accepted write. The address,
         # data and strobes follow the held write every cycle, with no clock enable: they are
         # only read with ``wwin_en``, and the held write stays put until the cycle after it
@@ -273,10 +321,10 @@ class AxiLiteRegs(wiring.Component):
                      self.window.strb.eq(w_strb)]
         m.d.sync += self.window.en.eq(write & in_window & ~running)
 
-        def ones_written(f):
-            """Field ``f`` of the strobed write data: the bits a W1C write clears."""
-            return (w_data & byte_mask)[f.lsb:f.lsb + f.width]
-
+    def _start_request(self, m, hit, written, ones_written, set_causes):
+        """``start``: a START written to CTRL raises it the cycle after, with the run settings,
+        if the checks pass; otherwise it sets the causes in ``set_causes``."""
+        rmap = self._regmap
         # START, checked against the mode bits written together with it.
         ctrl = rmap["CTRL"]
         start_req = hit["CTRL"] & ones_written(ctrl.field("START"))
@@ -294,6 +342,12 @@ class AxiLiteRegs(wiring.Component):
             with m.Else():
                 m.d.sync += self.start.valid.eq(1)
 
+    def _status_flags(self, m, hit, ones_written, done, causes, set_causes, clear_causes,
+                      write_while_busy, weights_dirty):
+        """STATUS.DONE, ERROR_CAUSE (``causes``) and STATUS.WEIGHTS_VALID: their sets, and the
+        W1C clears from the bus."""
+        rmap = self._regmap
+        n_causes = len(ERROR_CAUSES)
         # STATUS W1C bits; clearing ERROR clears every cause.
         status = rmap["STATUS"]
         clear_done = hit["STATUS"] & ones_written(status.field("DONE"))
@@ -314,11 +368,6 @@ class AxiLiteRegs(wiring.Component):
             m.d.sync += self.weights_valid.eq(0)
         with m.Elif(hit["WEIGHTS_COMMIT"] & ones_written(commit.field("COMMIT"))):
             m.d.sync += self.weights_valid.eq(1)
-
-        m.d.comb += self.irq.eq(irq_en & (done | error))
-
-        self._read_channel(m, value)
-        return m
 
     def _sources(self, irq_en, done, error, causes):
         """Every readable field's source, by ``(register, field)``; RW fields with a port are
