@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal, signed, unsigned
+from typing import NamedTuple
+
+from amaranth.hdl import Cat, Module, Mux, Shape, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -216,11 +218,44 @@ class SoftmaxUnit(wiring.Component):
 
     def elaborate(self, platform):
         cfg = self._cfg
+        m = Module()
+        shapes = self._shapes()
+
+        # ---- run-time settings
+        error = Signal()
+        bad = ((self.exp_shift == 0) | (self.exp_shift == 63)
+               | (self.kv_len == 0) | (self.kv_len > cfg.max_kv_len))
+        if not cfg.causal_mask:
+            bad = bad | self.causal
+        m.d.comb += [error.eq(bad), self.error.eq(error)]
+
+        bufs = self._buffers(m, shapes)
+        s_depth, e_depth = shapes.s_depth, shapes.e_depth
+
+        s_level = Signal(range(s_depth + 1))   # score-ring slots written and not yet read
+        e_level = Signal(range(e_depth + 1))   # exp-ring slots reserved and not yet read
+        s_issue = Signal()                     # exponentiate stage reads a score beat
+        e_issue = Signal()                     # normalise stage reads an exp beat
+
+        red = self._reduce_input(m, shapes, error)
+        self._reduce_write(m, shapes, bufs, red, s_level, s_issue)
+        x_issue = self._exp_issue(m, shapes, bufs, s_issue)
+        side, xe, e_beat = self._exponentiate(m, shapes, bufs, s_issue, x_issue)
+        self._row_sum(m, shapes, bufs, side, xe, e_beat)
+        n_issue = self._normalise_issue(m, shapes, bufs, s_issue, e_issue, e_level,
+                                        x_issue.e_room)
+        self._normalise_output(m, shapes, bufs, e_issue, n_issue)
+        return m
+
+    def _shapes(self) -> "_Shapes":
+        """Ring-entry layouts, descriptor field shapes and ring depths (no hardware).
+
+        Returns a :class:`_Shapes`."""
+        cfg = self._cfg
         lanes = cfg.softmax_lanes
         geo = self.geometry
         max_beats = geo.max_beats
-        B, R, W, S = cfg.prob_bits, cfg.recip_bits, cfg.exp_bits, cfg.sum_bits
-        m = Module()
+        W, S = cfg.exp_bits, cfg.sum_bits
 
         score_entry = data.StructLayout({
             "data": data.ArrayLayout(signed(cfg.score_bits), lanes),
@@ -236,14 +271,18 @@ class SoftmaxUnit(wiring.Component):
         beats_shape = unsigned(max(1, max_beats.bit_length()))
         lead_shape = unsigned((S - 1).bit_length())   # as ReciprocalDivider.o_lead
         s_depth, e_depth = geo.score_ring_depth, geo.exp_ring_depth
+        return _Shapes(score_entry, exp_entry, beats_shape, lead_shape, s_depth, e_depth)
 
-        # ---- run-time settings
-        error = Signal()
-        bad = ((self.exp_shift == 0) | (self.exp_shift == 63)
-               | (self.kv_len == 0) | (self.kv_len > cfg.max_kv_len))
-        if not cfg.causal_mask:
-            bad = bad | self.causal
-        m.d.comb += [error.eq(bad), self.error.eq(error)]
+    def _buffers(self, m, shapes: "_Shapes") -> "_Buffers":
+        """Add the score and exp ring buffers (block RAM) and the two row-descriptor queues
+        ``(max, beats)`` and ``(q, lead, beats)`` to ``m``.
+
+        Returns a :class:`_Buffers` with the rings' ports and the queues."""
+        cfg = self._cfg
+        R = cfg.recip_bits
+        score_entry, exp_entry = shapes.score_entry, shapes.exp_entry
+        beats_shape, lead_shape = shapes.beats_shape, shapes.lead_shape
+        s_depth, e_depth = shapes.s_depth, shapes.e_depth
 
         # ---- buffers
         # no_rw_check: a ring slot is read only after its row is written (its descriptor is
@@ -269,11 +308,18 @@ class SoftmaxUnit(wiring.Component):
         m.submodules.recip_queue = recip_queue = StreamQueue(
             R + 1 + lead_shape.width + beats_shape.width, e_depth, storage="distributed",
             checked=False)
+        return _Buffers(s_wr, s_rd, e_wr, e_rd, max_queue, recip_queue)
 
-        s_level = Signal(range(s_depth + 1))   # score-ring slots written and not yet read
-        e_level = Signal(range(e_depth + 1))   # exp-ring slots reserved and not yet read
-        s_issue = Signal()                     # exponentiate stage reads a score beat
-        e_issue = Signal()                     # normalise stage reads an exp beat
+    def _reduce_input(self, m, shapes: "_Shapes", error) -> "_ReduceRegs":
+        """Reduce stage, first half: accept ``scores`` beats, compute the key mask and the
+        masked lane max (registers r0 and r1), count beats and cut over-long rows.
+
+        ``stall_in`` (driven by :meth:`_reduce_write`) holds every register here. Returns a
+        :class:`_ReduceRegs` with r0/r1 and the stall flag."""
+        cfg = self._cfg
+        lanes = cfg.softmax_lanes
+        max_beats = self.geometry.max_beats
+        score_entry = shapes.score_entry
 
         # ================================================================ reduce
         # Input register r0 (with the key mask), register r1 (masked lane max), then the ring
@@ -335,6 +381,20 @@ class SoftmaxUnit(wiring.Component):
                 with m.Else():
                     m.d.sync += beat.eq(beat + 1)
                     m.d.sync += [keys[l].eq(keys[l] + lanes) for l in range(lanes)]
+        return _ReduceRegs(r0_valid, r1_valid, r1, r1_seg_end, r1_max, stall_in, sign)
+
+    def _reduce_write(self, m, shapes: "_Shapes", bufs: "_Buffers", red: "_ReduceRegs",
+                      s_level, s_issue):
+        """Reduce stage, second half: write r1 into the score ring, keep the row's running max
+        and beat count, queue ``(max, beats)`` at the row's end, and keep the score-ring level
+        (``s_level``, with ``s_issue`` the exponentiate stage's reads) and ``stall_in``.
+
+        Returns nothing."""
+        cfg = self._cfg
+        beats_shape, s_depth = shapes.beats_shape, shapes.s_depth
+        s_wr, max_queue = bufs.s_wr, bufs.max_queue
+        r0_valid, r1_valid, r1, r1_seg_end = red.r0_valid, red.r1_valid, red.r1, red.r1_seg_end
+        r1_max, stall_in, sign = red.r1_max, red.stall_in, red.sign
 
         s_waddr = Signal(range(s_depth))
         run_max = Signal(cfg.score_bits)     # max key of the row's earlier beats
@@ -371,6 +431,17 @@ class SoftmaxUnit(wiring.Component):
                                      Mux(s_dec, s_full, s_almost))),
                      stall_in.eq(Mux(stall_in, r1_valid, r0_valid) & s_full_next)]
 
+    def _exp_issue(self, m, shapes: "_Shapes", bufs: "_Buffers", s_issue) -> "_ExpIssue":
+        """Exponentiate stage, read issue: load a row's ``(max, beats)`` from the max queue and
+        read its beats from the score ring (``s_issue``, driven here) while the exp ring has
+        room.
+
+        Returns an :class:`_ExpIssue` with the row's max and beat count, the last-beat flag and
+        ``e_room`` (driven by :meth:`_normalise_issue`)."""
+        cfg = self._cfg
+        beats_shape, s_depth = shapes.beats_shape, shapes.s_depth
+        s_rd, max_queue = bufs.s_rd, bufs.max_queue
+
         # ================================================================ exponentiate
         x_active = Signal()
         x_left = Signal(beats_shape)
@@ -397,6 +468,21 @@ class SoftmaxUnit(wiring.Component):
                          x_max.eq(max_queue.r_stream.payload[:cfg.score_bits]),
                          x_left.eq(x_row_beats), x_one.eq(x_row_beats == 1),
                          x_beats.eq(x_row_beats)]
+        return _ExpIssue(x_one, x_beats, x_max, e_room)
+
+    def _exponentiate(self, m, shapes: "_Shapes", bufs: "_Buffers", s_issue,
+                      x_issue: "_ExpIssue"):
+        """Exponentiate stage, datapath: register the score-ring data, compute E per lane
+        (:class:`hw.blocks.exp2.Exp2Unit`), mask it and write it into the exp ring.
+
+        Returns ``(side, xe, e_beat)``: the side-data layout of a beat in flight, the side data
+        of the beat written into the exp ring, and its masked E values."""
+        cfg = self._cfg
+        lanes = cfg.softmax_lanes
+        W = cfg.exp_bits
+        beats_shape, e_depth = shapes.beats_shape, shapes.e_depth
+        s_rd, e_wr = bufs.s_rd, bufs.e_wr
+        x_one, x_beats, x_max = x_issue.x_one, x_issue.x_beats, x_issue.x_max
 
         # Side data of each beat in flight: valid, last beat of row, row beats, mask, row, last.
         side = data.StructLayout({
@@ -439,6 +525,20 @@ class SoftmaxUnit(wiring.Component):
                      e_wr.data.last.eq(xe.last)]
         with m.If(xe.valid):
             m.d.sync += e_waddr.eq(_wrap_incr(e_waddr, e_depth))
+        return side, xe, e_beat
+
+    def _row_sum(self, m, shapes: "_Shapes", bufs: "_Buffers", side, xe, e_beat):
+        """Sum/reciprocal stage: add up each beat's E (``e_beat``, side data ``xe`` of layout
+        ``side``) into the row sum and, at the row's end, send it through the pipelined
+        :class:`hw.blocks.divider.ReciprocalDivider`, whose ``(q, lead, beats)`` goes into the
+        recip queue.
+
+        Returns nothing."""
+        cfg = self._cfg
+        lanes = cfg.softmax_lanes
+        R, S = cfg.recip_bits, cfg.sum_bits
+        beats_shape = shapes.beats_shape
+        recip_queue = bufs.recip_queue
 
         beat_sum = Signal(S)
         xs = Signal(side)
@@ -457,6 +557,19 @@ class SoftmaxUnit(wiring.Component):
                      divider.i_tag.eq(xs.beats),
                      recip_queue.w_stream.valid.eq(divider.o_valid),
                      recip_queue.w_stream.payload.eq(Cat(divider.o_recip, divider.o_lead, divider.o_tag))]
+
+    def _normalise_issue(self, m, shapes: "_Shapes", bufs: "_Buffers", s_issue, e_issue,
+                         e_level, e_room) -> "_NormIssue":
+        """Normalise stage, read issue: load a row's ``(q, lead, beats)`` from the recip queue
+        and read its beats from the exp ring (``e_issue``, driven here) unless the output is
+        stalled; keep the exp-ring level (``e_level``, ``e_room``).
+
+        Returns a :class:`_NormIssue` with the output-stall registers ``hold`` and ``go``
+        (driven by :meth:`_normalise_output`) and the row's q and variable shift."""
+        cfg = self._cfg
+        R, W, S = cfg.recip_bits, cfg.exp_bits, cfg.sum_bits
+        beats_shape, lead_shape, e_depth = shapes.beats_shape, shapes.lead_shape, shapes.e_depth
+        e_rd, recip_queue = bufs.e_rd, bufs.recip_queue
 
         # ================================================================ normalise
         # The output register has a spare register behind it (a skid buffer): a beat that
@@ -503,6 +616,21 @@ class SoftmaxUnit(wiring.Component):
                      e_room.eq(~Mux(e_inc, e_almost, Mux(e_dec, 0, ~e_room))),
                      e_almost.eq(Mux(e_inc, e_level == e_depth - 2,
                                      Mux(e_dec, ~e_room, e_almost)))]
+        return _NormIssue(hold, go, n_recip, n_vshift, var_bits)
+
+    def _normalise_output(self, m, shapes: "_Shapes", bufs: "_Buffers", e_issue,
+                          n_issue: "_NormIssue"):
+        """Normalise stage, datapath: P = min(round_shift(E * q, lead + R - B), 2**B - 1) per
+        lane, into the output register and its spare (skid) register, which drive ``probs``.
+
+        Returns nothing."""
+        cfg = self._cfg
+        lanes = cfg.softmax_lanes
+        B, R, W = cfg.prob_bits, cfg.recip_bits, cfg.exp_bits
+        exp_entry = shapes.exp_entry
+        e_rd = bufs.e_rd
+        hold, go, n_recip = n_issue.hold, n_issue.go, n_issue.n_recip
+        n_vshift, var_bits = n_issue.n_vshift, n_issue.var_bits
 
         # Read-issue register n1, block-RAM data register n1b (RAM clock-to-out straight into
         # the multiplier does not fit a cycle), E * q (WideMultiplier), the variable shift,
@@ -569,7 +697,54 @@ class SoftmaxUnit(wiring.Component):
         with m.Elif(taken):
             m.d.sync += [out.eq(spare), hold.eq(0), go.eq(1)]
         m.d.comb += [self.probs.valid.eq(out_valid), self.probs.payload.eq(out)]
-        return m
+
+
+class _Shapes(NamedTuple):
+    """Entry layouts and sizes shared by the stages of one :class:`SoftmaxUnit`."""
+    score_entry: data.StructLayout   # score-ring entry: scores, key mask, row, last
+    exp_entry: data.StructLayout     # exp-ring entry: masked E per lane, row, last
+    beats_shape: Shape               # beats of a row (descriptor field)
+    lead_shape: Shape                # as ReciprocalDivider.o_lead
+    s_depth: int                     # score-ring depth
+    e_depth: int                     # exp-ring depth
+
+
+class _Buffers(NamedTuple):
+    """Ports of the two ring buffers and the two row-descriptor queues."""
+    s_wr: object                     # score ring: written by reduce
+    s_rd: object                     # score ring: read by exponentiate
+    e_wr: object                     # exp ring: written by exponentiate
+    e_rd: object                     # exp ring: read by normalise
+    max_queue: StreamQueue           # (max, beats) per row, reduce -> exponentiate
+    recip_queue: StreamQueue         # (q, lead, beats) per row, divider -> normalise
+
+
+class _ReduceRegs(NamedTuple):
+    """Registers of the reduce stage's first half, for its second half."""
+    r0_valid: Signal
+    r1_valid: Signal
+    r1: Signal                       # score-ring entry of the beat in r1
+    r1_seg_end: Signal               # r1 ends its (cut) row
+    r1_max: Signal                   # max key of r1's beat
+    stall_in: Signal                 # score ring full with r1 holding a beat
+    sign: int                        # score sign bit: score ^ sign is its key
+
+
+class _ExpIssue(NamedTuple):
+    """Read-issue state of the exponentiate stage."""
+    x_one: Signal                    # the next read is the row's last
+    x_beats: Signal                  # beats of the row being read
+    x_max: Signal                    # max of the row being read
+    e_room: Signal                   # exp-ring level below its depth
+
+
+class _NormIssue(NamedTuple):
+    """Read-issue state of the normalise stage."""
+    hold: Signal                     # spare register full: the datapath holds
+    go: Signal                       # ~hold, a separate register (see _normalise_issue)
+    n_recip: Signal                  # q of the row being read
+    n_vshift: Signal                 # lead - W of the row being read
+    var_bits: int                    # width of n_vshift
 
 
 def _wrap_incr(ptr, depth):
