@@ -103,7 +103,11 @@ COMMANDS = {
     "synth-blocks": ["--sizes", "4by4"],
     "synth": ["--freq", "0"],
     "sta": [str(REPO_ROOT / "build" / "test-cli" / "absent.sdf")],
+    "run": ["--idle", "1.5"],
 }
+# Options a command cannot run without (the files need not exist: the configuration and the
+# option values are checked first).
+REQUIRED = {"run": ["--layer", "W.npz", "--input", "X.npz", "--out", "Y.npz"]}
 # Commands that build something for a configuration.
 WITH_CONFIG = [c for c in COMMANDS if c not in ("accuracy", "sta")]
 
@@ -126,19 +130,20 @@ def _refused(capsys, argv, *needles):
 def test_invalid_config_is_refused_by_every_command(capsys, tmp_path, command):
     bad = tmp_path / "wide.toml"
     bad.write_text("[widths]\nact_bits = 16\n")
-    _refused(capsys, [command, "--config", str(bad)], "act_bits = 16", "allowed 8..8")
+    _refused(capsys, [command, "--config", str(bad), *REQUIRED.get(command, [])],
+             "act_bits = 16", "allowed 8..8")
 
 
 @pytest.mark.parametrize("command", WITH_CONFIG)
 def test_missing_config_is_refused_by_every_command(capsys, tmp_path, command):
-    _refused(capsys, [command, "--config", str(tmp_path / "absent.toml")], "absent.toml",
-             "cannot read")
+    _refused(capsys, [command, "--config", str(tmp_path / "absent.toml"),
+                      *REQUIRED.get(command, [])], "absent.toml", "cannot read")
 
 
 @pytest.mark.parametrize("command", list(COMMANDS))
 def test_bad_option_is_refused_by_every_command(capsys, command):
     extra = ["--config", TINY] if command in WITH_CONFIG else []
-    _refused(capsys, [command, *COMMANDS[command], *extra])
+    _refused(capsys, [command, *COMMANDS[command], *extra, *REQUIRED.get(command, [])])
 
 
 def test_unknown_command_and_range_message(capsys):
@@ -160,3 +165,73 @@ def test_default_config_is_the_repository_one(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)         # works from any directory
     assert main(["config"]) == 0
     assert json.loads(capsys.readouterr().out)["name"] == "default"
+
+
+# ---------------------------------------------------------------------------- python -m hw run
+
+def _float_files(tmp_path, rows=6, mask=None, d=16, **extra):
+    import numpy as np
+    import golden as g
+    cfg = g.load_config(TINY)
+    rng = np.random.default_rng(2)
+    fl = g.random_float_layer(cfg, rng)
+    w = tmp_path / "W.npz"
+    np.savez(w, Wq=fl.wq, Wk=fl.wk, Wv=fl.wv, Wo=fl.wo, bq=fl.bq, bk=fl.bk, bv=fl.bv,
+             bo=fl.bo)
+    x = tmp_path / "X.npz"
+    arrays = {"x": rng.normal(size=(rows, d)), **extra}
+    if mask is not None:
+        arrays["key_padding_mask"] = np.array(mask, dtype=bool)
+    np.savez(x, **arrays)
+    return w, x
+
+
+def test_run_golden_writes_the_result_and_its_reference(capsys, tmp_path):
+    import numpy as np
+    w, x = _float_files(tmp_path, rows=6, mask=[False] * 4 + [True] * 2)
+    out = tmp_path / "Y.npz"
+    assert main(["run", "--config", TINY, "--layer", str(w), "--input", str(x), "--causal",
+                 "--sim", "golden", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "row cosine against float64: worst 0.9" in text
+    with np.load(out) as y:
+        assert y["y"].shape == y["y_ref"].shape == (6, 16)
+        assert y["y_int"].dtype.kind == "i" and np.abs(y["y_int"]).max() <= 128
+        assert int(y["cycles"]) > 0
+        assert y["row_cosine"].min() > 0.99
+
+
+@pytest.mark.parametrize("case,needles", [
+    ("mask", ["key_padding_mask pads keys [0", "only pad at the end"]),
+    ("all_padded", ["pads every key"]),
+    ("long", ["x has 9 rows, allowed 1..8"]),
+    ("width", ["x has shape (6, 12), expected (rows, 16)"]),
+    ("layer", ["missing Wk", "the file holds"]),
+    ("cross", ["kv given (cross-attention) but the configuration has cross_attention = false"]),
+    ("out", ["must end in .npz"]),
+])
+def test_run_names_each_bad_input(capsys, tmp_path, case, needles):
+    import numpy as np
+    import golden as g
+    cfg = g.load_config(TINY)
+    args = {"rows": 6}
+    if case == "mask":
+        args["mask"] = [True, False, False, False, False, True]
+    elif case == "all_padded":
+        args["mask"] = [True] * 6
+    elif case == "long":
+        args["rows"] = 9
+    elif case == "width":
+        args["d"] = 12
+    w, x = _float_files(tmp_path, **args)
+    conf = TINY
+    if case == "layer":
+        np.savez(w, Wq=np.zeros((16, 16)))
+    elif case == "cross":
+        conf = tmp_path / "self.toml"
+        conf.write_text(cfg.replace(cross_attention=False).to_toml())
+        np.savez(x, x=np.zeros((4, 16)), kv=np.zeros((4, 16)))
+    out = tmp_path / ("Y.txt" if case == "out" else "Y.npz")
+    _refused(capsys, ["run", "--config", str(conf), "--layer", str(w), "--input", str(x),
+                      "--sim", "golden", "--out", str(out)], *needles)
+    assert not out.exists()
