@@ -17,11 +17,11 @@ level     build        simulated cycles/s
 ========  ===========  ==================
 ``-O0``   385 s        6,300
 ``-O1``   309 s        99,000
-``-O2``   175-300 s    71,000-99,000
+``-O2``   175 s        71,000
 ========  ===========  ==================
 
-``-O0`` saves no build time on this model (the wheel's precompiled headers and one large
-generated file dominate) and runs 16x slower; ``-O2`` measured no faster than ``-O1``.
+``-O0`` saved no build time in this measurement and runs 16x slower; ``-O2`` ran no faster
+than ``-O1`` (its shorter build was measured while the machine was less loaded).
 """
 
 from __future__ import annotations
