@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.runner import BUILD_ROOT, REPO_ROOT, VERILATOR_ARGS, _locked, _slug, simulator_env
+from sim.runner import BUILD_ROOT, REPO_ROOT, VERILATOR_ARGS, _locked, simulator_env
 
 __all__ = ["HARNESS_SOURCE", "OPT_LEVEL", "Script", "HarnessRun", "HarnessError",
            "HarnessTimeout", "build_harness", "run_script"]

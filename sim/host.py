@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 import golden as g
-from hw.bus.regmap import ERROR_CAUSES, RESP_OKAY, build_regmap, pack_window, param_values
+from hw.bus.regmap import ERROR_CAUSES, build_regmap, pack_window, param_values
 
 __all__ = ["Sequence", "HostResult", "RunError", "run_layer", "SIMS"]
 
@@ -150,7 +150,6 @@ class _Program:
     """Builds the harness script of one layer load and its runs."""
 
     def __init__(self, cfg, script):
-        from sim.fast import Script  # noqa: F401  (type only)
         self.cfg, self.s = cfg, script
         self.rmap = build_regmap(cfg)
 

@@ -10,7 +10,37 @@ import numpy as np
 
 import golden as g
 
-__all__ = ["make_layer", "make_case"]
+__all__ = ["make_layer", "make_case", "mode_specs", "whole_top_configs", "STALLS"]
+
+# Idle-cycle and backpressure probabilities of the stream tests: none, and random stalls.
+STALLS = {"none": (0.0, 0.0), "stalls": (0.3, 0.4)}
+
+
+def whole_top_configs(tiny: g.AttentionConfig) -> dict[str, g.AttentionConfig]:
+    """The whole-top test configurations, derived from ``configs/tiny.toml``."""
+    return {
+        # one engine, 4x4, causal + cross-attention
+        "tiny": tiny,
+        # two head engines in parallel
+        "tiny-2eng": tiny.replace(name="tiny-2eng", engines=2),
+        # non-square array, two softmax lanes, longer sequences
+        "narrow": tiny.replace(name="narrow", array_rows=2, array_cols=4, softmax_lanes=2,
+                               max_seq_len=12, max_kv_len=10),
+    }
+
+
+def mode_specs(cfg: g.AttentionConfig) -> list[dict]:
+    """Every mode and the edge lengths (for :func:`make_case`): full, 1, odd, causal with key
+    padding, one key; in cross mode also kv_len != seq_len and a single key/value row."""
+    S, KV = cfg.max_seq_len, cfg.max_kv_len
+    SS = min(S, KV)          # self-attention: the queries are also the keys
+    out = [dict(seq=SS), dict(seq=1), dict(seq=3 if SS > 3 else 1, causal=cfg.causal_mask),
+           dict(seq=SS, causal=cfg.causal_mask, key_len=max(1, SS // 2)),
+           dict(seq=max(1, SS - 1), key_len=1)]
+    if cfg.cross_attention:
+        out += [dict(seq=max(1, S // 2), kv=KV), dict(seq=S, kv=1),
+                dict(seq=S, kv=max(1, KV - 3), causal=cfg.causal_mask, key_len=max(1, KV - 4))]
+    return out
 
 
 def make_layer(cfg: g.AttentionConfig, seed: int = 0):

@@ -16,31 +16,11 @@ from hw.gen.verilog import REPO_ROOT
 from hw.perf.layer import TOP_CYCLES, layer_timing
 from sim.fast import HarnessTimeout, Script, run_script
 from sim.host import RunError, Sequence, run_layer
-from sim.layers import make_case
+from sim.layers import STALLS, make_case, mode_specs, whole_top_configs
 from sim.runner import verilog_for
 
 TINY = g.load_config(REPO_ROOT / "configs" / "tiny.toml")
-CONFIGS = {
-    "tiny": TINY,
-    "tiny-2eng": TINY.replace(name="tiny-2eng", engines=2),
-    "narrow": TINY.replace(name="narrow", array_rows=2, array_cols=4, softmax_lanes=2,
-                           max_seq_len=12, max_kv_len=10),
-}
-STALLS = {"none": (0.0, 0.0), "stalls": (0.3, 0.4)}
-
-
-def specs(cfg):
-    """Every mode and the edge lengths: full, 1, odd, causal with key padding, cross with
-    kv_len != seq_len, one key."""
-    S, KV = cfg.max_seq_len, cfg.max_kv_len
-    SS = min(S, KV)
-    out = [dict(seq=SS), dict(seq=1), dict(seq=3 if SS > 3 else 1, causal=cfg.causal_mask),
-           dict(seq=SS, causal=cfg.causal_mask, key_len=max(1, SS // 2)),
-           dict(seq=max(1, SS - 1), key_len=1)]
-    if cfg.cross_attention:
-        out += [dict(seq=max(1, S // 2), kv=KV), dict(seq=S, kv=1),
-                dict(seq=S, kv=max(1, KV - 3), causal=cfg.causal_mask, key_len=max(1, KV - 4))]
-    return out
+CONFIGS = whole_top_configs(TINY)
 
 
 def sequences(runs):
@@ -64,7 +44,7 @@ def check_outputs(cfg, layer, seqs, results, what):
 def test_layers_back_to_back_and_overlapped(config, stalls):
     cfg = CONFIGS[config]
     idle, bp = STALLS[stalls]
-    layer, runs = make_case(cfg, 3, specs(cfg))
+    layer, runs = make_case(cfg, 3, mode_specs(cfg))
     seqs = sequences(runs)
     one = run_layer(cfg, layer, seqs, idle=idle, backpressure=bp, seed=5)
     check_outputs(cfg, layer, seqs, one, "back to back")

@@ -9,19 +9,11 @@ import pytest
 import golden as g
 from hw.attention_top import AttentionTop
 from hw.gen.verilog import REPO_ROOT
+from sim.layers import STALLS, whole_top_configs
 from sim.runner import run_cocotb, verilog_for
 
 TINY = g.load_config(REPO_ROOT / "configs" / "tiny.toml")
-CONFIGS = {
-    # one engine, 4x4, causal + cross-attention
-    "tiny": TINY,
-    # two head engines in parallel
-    "tiny-2eng": TINY.replace(name="tiny-2eng", engines=2),
-    # non-square array, two softmax lanes, longer sequences
-    "narrow": TINY.replace(name="narrow", array_rows=2, array_cols=4, softmax_lanes=2,
-                           max_seq_len=12, max_kv_len=10),
-}
-STALLS = {"none": (0.0, 0.0), "stalls": (0.3, 0.4)}
+CONFIGS = whole_top_configs(TINY)
 
 
 CASES = [("tiny", "stalls"), ("tiny-2eng", "none"), ("narrow", "stalls")]

@@ -15,7 +15,7 @@ from cocotb.triggers import ClockCycles
 import golden as g
 from sim.bus import pack_rows, unpack_words
 from sim.driver import AttentionDriver, cause_names
-from sim.layers import make_case
+from sim.layers import make_case, mode_specs
 
 CFG = g.load_config(os.environ["ATTN_CONFIG"])
 SEED = int(os.environ.get("ATTN_SEED", "1"))
@@ -47,12 +47,7 @@ def check(res, run, what):
 
 S, KV = CFG.max_seq_len, CFG.max_kv_len
 SS = min(S, KV)          # self-attention: the queries are also the keys
-SPECS = [dict(seq=SS), dict(seq=1), dict(seq=3 if SS > 3 else 1, causal=CFG.causal_mask),
-         dict(seq=SS, causal=CFG.causal_mask, key_len=max(1, SS // 2)),
-         dict(seq=max(1, SS - 1), key_len=1)]
-if CFG.cross_attention:
-    SPECS += [dict(seq=max(1, S // 2), kv=KV), dict(seq=S, kv=1),
-              dict(seq=S, kv=max(1, KV - 3), causal=CFG.causal_mask, key_len=max(1, KV - 4))]
+SPECS = mode_specs(CFG)
 LAYER, RUNS = make_case(CFG, SEED, SPECS)
 
 
