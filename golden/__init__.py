@@ -1,7 +1,8 @@
 """Bit-exact NumPy golden model of the attention accelerator (no Amaranth import).
 
 ``config`` holds the one configuration object; ``fixed`` the integer primitives; ``softmax``
-the fixed-point softmax; ``attention`` the integer layer; ``reference`` the float64 layer;
+the fixed-point softmax; ``online_softmax`` the key/value-tiled path with an integer online
+softmax; ``attention`` the integer layer; ``reference`` the float64 layer;
 ``quantize`` the post-training quantizer; ``vectors`` test-vector export.
 """
 

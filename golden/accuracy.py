@@ -1,6 +1,6 @@
 """Accuracy of the golden integer model against float64.
 
-Two measurements (``python -m hw accuracy --out build/accuracy``, i.e. ``make accuracy``):
+Three measurements (``python -m hw accuracy --out build/accuracy``, i.e. ``make accuracy``):
 
 Softmax
     :func:`softmax_int` against the float64 softmax of the *same integer scores* at the real
@@ -13,6 +13,10 @@ Layer
     :func:`attention_int` (dequantized) against :func:`attention_float` with the same float
     weights, quantized on calibration data and run on fresh test data, per shipped config and
     mode (plain, causal, key padding, cross-attention).
+
+Tiled path
+    :func:`golden.online_softmax.attend_tiled` against float64 attention of the same integer
+    Q, K, V (:mod:`golden.tiled_accuracy`), L = 16 .. 4096, and whole layers by both paths.
 
 The bounds the tests hold the model to are :data:`SOFTMAX_TARGETS` and :data:`LAYER_BOUNDS`;
 docs/numerics.md explains them with the measured figures.
@@ -33,6 +37,7 @@ from .quantize import dequantize, quantize_layer, quantize_tensor
 from .reference import attention_float, random_float_layer, softmax_float
 from .attention import attention_int
 from .softmax import softmax_int
+from .tiled_accuracy import TILED_TARGETS, tiled_accuracy
 
 __all__ = [
     "SOFTMAX_TARGETS", "LAYER_BOUNDS", "ROW_KINDS", "softmax_rows", "softmax_errors",
@@ -240,9 +245,11 @@ def layer_modes(cfg: AttentionConfig) -> list[str]:
 
 
 def layer_accuracy(cfg: AttentionConfig, seed: int = 0, sequences: int = 4,
-                   seq_len: int | None = None, calib_sequences: int = 8) -> dict:
+                   seq_len: int | None = None, calib_sequences: int = 8,
+                   kv_tile: int | None = None) -> dict:
     """Quantized layer vs float64 on fresh data, per mode: worst cosine of output rows,
-    max abs error (output units), max |float output| and their ratio."""
+    max abs error (output units), max |float output| and their ratio. ``kv_tile`` runs the
+    key/value-tiled path (same layers, same data for the same seed)."""
     rng = np.random.default_rng(seed)
     n = cfg.max_seq_len if seq_len is None else min(seq_len, cfg.max_seq_len)
     fl = random_float_layer(cfg, rng)
@@ -281,7 +288,7 @@ def layer_accuracy(cfg: AttentionConfig, seed: int = 0, sequences: int = 4,
                 kvq = quantize_tensor(kv, sc["kv"], A)
             ref = attention_float(cfg, fl, x, kv, **kw)
             xq = quantize_tensor(x, sc["x"], A)
-            yq = attention_int(cfg, ql, xq, kvq, **kw)
+            yq = attention_int(cfg, ql, xq, kvq, kv_tile=kv_tile, **kw)
             clipped += int(np.sum((yq == -(1 << (A - 1))) | (yq == (1 << (A - 1)) - 1)))
             total += yq.size
             y = dequantize(yq, sc["out"])
@@ -309,6 +316,46 @@ def layer_accuracy(cfg: AttentionConfig, seed: int = 0, sequences: int = 4,
     }
 
 
+# Tiled path: sequence lengths and keys per tile of the attention-output study (kv_tile is
+# capped at the length), and the tile each configuration's whole-layer comparison uses.
+TILED_LENGTHS = (16, 64, 256, 1024, 4096)
+TILED_TILES = (16, 64, 256)
+TILED_LAYER_TILE = {"tiny": 4, "default": 16}
+# The worst output row of thousands is decided by q/k/v and output quantization, not by the
+# softmax path: one int8 attention value rounded the other way moves it by up to ~0.001
+# either way (docs/numerics.md). The tiled path must not lose more than that on the worst
+# row, and no more than 1e-4 (a hundredth of the gap between the paths' typical means) on
+# the mean cosine of any mode.
+TILED_WORST_ROW_NOISE = 0.002
+TILED_MEAN_NOISE = 1e-4
+
+
+def tiled_report(cfgs: dict, seed: int, layer_sequences: dict,
+                 lengths=TILED_LENGTHS) -> dict:
+    """The key/value-tiled path: attention output against float64 (every length and tile,
+    the whole-row path beside it), and whole layers of the configurations with
+    ``max_kv_len <= 64`` by both paths on the same layers and data."""
+    t0 = time.perf_counter()
+    attn = tiled_accuracy(cfgs["default"], lengths, TILED_TILES, seed=seed)
+    layers = {}
+    for name, tile in TILED_LAYER_TILE.items():
+        if name not in cfgs:
+            continue
+        seqs, n, calib = layer_sequences[name]
+        both = {}
+        for path, t in (("rows", None), ("tiled", tile)):
+            r = layer_accuracy(cfgs[name], seed=seed, sequences=seqs * 4, seq_len=n,
+                               calib_sequences=calib, kv_tile=t)
+            both[path] = {"layer_cosine_min": r["layer_cosine_min"],
+                          "layer_rel_err": r["layer_rel_err"],
+                          "modes": {m: {k: v[k] for k in ("cosine_min", "cosine_mean")}
+                                    for m, v in r["modes"].items()}}
+        layers[name] = {"kv_tile": tile, "sequences_per_mode": seqs * 4, **both}
+    return {"attention": attn, "attention_targets": TILED_TARGETS,
+            "attention_head_dim": cfgs["default"].head_dim, "layer": layers,
+            "seconds": round(time.perf_counter() - t0, 2)}
+
+
 def check_bounds(report: dict) -> list[str]:
     """Every target or bound the report misses, as readable strings (empty: all met).
 
@@ -328,6 +375,23 @@ def check_bounds(report: dict) -> list[str]:
         if r["softmax_saturated_max_err_lsb"] > SOFTMAX_TARGETS["softmax_saturated_max_err_lsb"]:
             misses.append(f"softmax {scope}: saturated err "
                           f"{r['softmax_saturated_max_err_lsb']:.3f} LSB")
+    for L, per_tile in report.get("tiled", {}).get("attention", {}).items():
+        for tile, r in per_tile.items():
+            if tile in ("rows", "seconds"):
+                continue
+            if r["within_1_lsb_pct"] < TILED_TARGETS["within_1_lsb_pct"]:
+                misses.append(f"tiled attention L {L} tile {tile}: "
+                              f"{r['within_1_lsb_pct']:.3f} % within 1 LSB")
+    for name, r in report.get("tiled", {}).get("layer", {}).items():
+        t, w = r["tiled"], r["rows"]
+        if t["layer_cosine_min"] < w["layer_cosine_min"] - TILED_WORST_ROW_NOISE:
+            misses.append(f"tiled layer {name}: cosine min {t['layer_cosine_min']:.4f} "
+                          f"below the whole-row path's {w['layer_cosine_min']:.4f}")
+        for mode, m in t["modes"].items():
+            if m["cosine_mean"] < w["modes"][mode]["cosine_mean"] - TILED_MEAN_NOISE:
+                misses.append(f"tiled layer {name} {mode}: mean cosine "
+                              f"{m['cosine_mean']:.5f} below the whole-row path's "
+                              f"{w['modes'][mode]['cosine_mean']:.5f}")
     for name, r in report.get("layer", {}).items():
         b = LAYER_BOUNDS.get(name)
         if b is None:
@@ -366,7 +430,7 @@ def _plot_histogram(errors: np.ndarray, path: Path, title: str) -> None:
 
 
 def run(out_dir: Path, rows_per_case: int = 400, seed: int = 0,
-        layer_sequences: dict | None = None) -> dict:
+        layer_sequences: dict | None = None, tiled_lengths=TILED_LENGTHS) -> dict:
     """Both measurements, written to ``out_dir/accuracy.json`` and ``softmax_error.png``."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -382,8 +446,8 @@ def run(out_dir: Path, rows_per_case: int = 400, seed: int = 0,
                     f"softmax error: {errors.size} unsaturated outputs, {ov['rows']} rows, "
                     f"{len(cfgs)} configs")
     # (test sequences per mode, seq_len, calibration sequences); bert-base kept short.
-    layer_sequences = layer_sequences or {"tiny": (32, None, 64), "default": (8, None, 32),
-                                          "bert-base": (2, 32, 8)}
+    layer_sequences = {"tiny": (32, None, 64), "default": (8, None, 32),
+                       "bert-base": (2, 32, 8), **(layer_sequences or {})}
     layers = {}
     for name, cfg in cfgs.items():
         seqs, n, calib = layer_sequences.get(name, (2, 32, 8))
@@ -391,6 +455,7 @@ def run(out_dir: Path, rows_per_case: int = 400, seed: int = 0,
                                       calib_sequences=calib)
         layers[name]["bounds"] = LAYER_BOUNDS.get(name)
     report = {
+        "tiled": tiled_report(cfgs, seed, layer_sequences, tiled_lengths),
         "softmax": sm,
         "softmax_targets": SOFTMAX_TARGETS,
         "softmax_seconds": round(t_sm, 2),

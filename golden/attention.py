@@ -21,6 +21,7 @@ import numpy as np
 
 from .config import AttentionConfig
 from .fixed import Requant, as_int64, matmul_acc, requantize
+from .online_softmax import attend_tiled, tiled_format
 from .softmax import attention_mask, softmax_int
 
 __all__ = ["QuantizedLayer", "attention_int", "AttentionTrace", "check_run_args"]
@@ -146,11 +147,14 @@ def check_run_args(cfg: AttentionConfig, x, kv, causal: bool, kv_len) -> tuple:
 
 def attention_int(cfg: AttentionConfig, layer: QuantizedLayer, x, kv=None, *,
                   causal: bool = False, kv_len: int | None = None,
-                  trace: bool = False):
+                  kv_tile: int | None = None, trace: bool = False):
     """Run the integer layer on int8 ``x`` (seq_len, d_model).
 
     ``kv`` (kv_rows, d_model) is the cross-attention input (default: ``x``). ``kv_len`` keeps
     only the first ``kv_len`` keys (key padding). ``causal`` masks key j > query i.
+    ``kv_tile`` selects the key/value-tiled path with that many keys per tile
+    (:mod:`golden.online_softmax`; its trace has no probabilities); ``None`` is the
+    whole-row path the hardware implements.
     Returns the int8 output (seq_len, d_model), or an :class:`AttentionTrace` with ``trace``.
     """
     x, kv, kv_len = check_run_args(cfg, x, kv, causal, kv_len)
@@ -162,11 +166,16 @@ def attention_int(cfg: AttentionConfig, layer: QuantizedLayer, x, kv=None, *,
     valid = attention_mask(x.shape[0], kv.shape[0], causal=causal, kv_len=kv_len)
     H, dk = cfg.heads, cfg.head_dim
     scores = np.empty((H, x.shape[0], kv.shape[0]), dtype=np.int64)
-    probs = np.empty_like(scores)
+    probs = np.zeros_like(scores)
     attn = np.empty((x.shape[0], cfg.d_model), dtype=np.int64)
+    fmt = None if kv_tile is None else tiled_format(cfg, kv_tile)
     for h in range(H):
         cols = slice(h * dk, (h + 1) * dk)
         scores[h] = matmul_acc(q[:, cols], k[:, cols].T, None, acc)
+        if fmt is not None:
+            attn[:, cols] = attend_tiled(cfg, scores[h], v[:, cols], valid, layer.exp_mult,
+                                         layer.exp_shift, layer.rq_pv, fmt)
+            continue
         probs[h] = softmax_int(scores[h], cfg, layer.exp_mult, layer.exp_shift, valid)
         attn[:, cols] = requantize(matmul_acc(probs[h], v[:, cols], None, acc), layer.rq_pv, A)
     out = requantize(matmul_acc(attn, layer.wo.T, layer.bo, acc), layer.rq_o, A)

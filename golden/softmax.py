@@ -25,7 +25,7 @@ import numpy as np
 from .config import AttentionConfig
 from .fixed import as_int64, round_shift
 
-__all__ = ["exp_table", "softmax_int", "softmax_exp", "attention_mask", "SoftmaxTrace"]
+__all__ = ["exp_table", "exp2_neg", "softmax_int", "softmax_exp", "attention_mask", "SoftmaxTrace"]
 
 
 def exp_table(cfg: AttentionConfig) -> np.ndarray:
@@ -35,16 +35,17 @@ def exp_table(cfg: AttentionConfig) -> np.ndarray:
                     dtype=np.int64)
 
 
-def softmax_exp(diff, cfg: AttentionConfig, exp_mult: int, exp_shift: int) -> np.ndarray:
-    """Steps 2-4: ``E = 2**-(diff * c)`` as UQ1.W integers, for non-negative ``diff``."""
-    F, W, T = cfg.exp_frac_bits, cfg.exp_bits, cfg.exp_table_bits
-    ib = cfg.exp_interp_bits
+def exp2_neg(u, cfg: AttentionConfig, frac_bits: int) -> np.ndarray:
+    """``2**-(u / 2**F)`` rounded to ``frac_bits`` fraction bits (UQ1.frac_bits), for
+    non-negative integer ``u`` with ``F = exp_frac_bits``: steps 3-4 of the method.
+
+    The exponential unit of both softmax paths (the whole-row path uses ``frac_bits = W``,
+    the key/value-tiled path its unnormalized probability width).
+    """
+    F, T, ib = cfg.exp_frac_bits, cfg.exp_table_bits, cfg.exp_interp_bits
     table = exp_table(cfg)
-    d = as_int64(diff)
-    if d.size and d.min() < 0:
-        raise ValueError("softmax_exp needs max - score >= 0")
-    u = round_shift(d * exp_mult, exp_shift)
-    n = np.minimum(u >> F, W + 2)
+    u = as_int64(u)
+    n = np.minimum(u >> F, frac_bits + 2)
     f = u & ((1 << F) - 1)
     idx = f >> ib
     t0 = table[idx]
@@ -54,7 +55,15 @@ def softmax_exp(diff, cfg: AttentionConfig, exp_mult: int, exp_shift: int) -> np
         mant = t0 - round_shift((t0 - t1) * frac, ib)
     else:
         mant = t0
-    return round_shift(mant, n + T - W)
+    return round_shift(mant, n + T - frac_bits)
+
+
+def softmax_exp(diff, cfg: AttentionConfig, exp_mult: int, exp_shift: int) -> np.ndarray:
+    """Steps 2-4: ``E = 2**-(diff * c)`` as UQ1.W integers, for non-negative ``diff``."""
+    d = as_int64(diff)
+    if d.size and d.min() < 0:
+        raise ValueError("softmax_exp needs max - score >= 0")
+    return exp2_neg(round_shift(d * exp_mult, exp_shift), cfg, cfg.exp_bits)
 
 
 def attention_mask(seq_len: int, kv_rows: int, *, causal: bool = False,

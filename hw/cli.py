@@ -205,6 +205,15 @@ def cmd_accuracy(args) -> int:
     for name, r in rep["layer"].items():
         print(f"layer {name}: cosine min {r['layer_cosine_min']:.4f}, max abs err "
               f"{r['layer_max_abs_err']:.4f}, rel err {r['layer_rel_err']:.4f}")
+    for L, per_tile in rep["tiled"]["attention"].items():
+        worst = min(r["within_1_lsb_pct"] for t, r in per_tile.items()
+                    if t not in ("rows", "seconds"))
+        print(f"tiled attention L {L}: {worst:.3f} % within 1 LSB (worst tile), whole-row "
+              f"path {per_tile['rows']['within_1_lsb_pct']:.3f} %")
+    for name, r in rep["tiled"]["layer"].items():
+        print(f"tiled layer {name} (kv_tile {r['kv_tile']}): cosine min "
+              f"{r['tiled']['layer_cosine_min']:.4f}, whole-row path "
+              f"{r['rows']['layer_cosine_min']:.4f}")
     for miss in rep["misses"]:
         print(f"MISSED: {miss}")
     print(f"wrote {out / 'accuracy.json'} and {out / 'softmax_error.png'}")

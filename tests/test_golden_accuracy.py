@@ -63,7 +63,7 @@ def test_errors_are_measured_against_the_implemented_logit_scale():
 def test_run_writes_json_and_plot(tmp_path):
     rep = run(tmp_path, rows_per_case=8, seed=2,
               layer_sequences={"tiny": (4, None, 16), "default": (1, 32, 4),
-                               "bert-base": (1, 8, 2)})
+                               "bert-base": (1, 8, 2)}, tiled_lengths=(16, 40))
     data = json.loads((tmp_path / "accuracy.json").read_text())
     assert set(data["layer"]) == {"tiny", "default", "bert-base"}
     for k in SOFTMAX_TARGETS:
@@ -72,6 +72,10 @@ def test_run_writes_json_and_plot(tmp_path):
     assert (tmp_path / "softmax_error.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert set(data["layer"]["default"]["modes"]) == {"plain", "key_padding", "causal", "cross"}
     assert set(data["layer"]["bert-base"]["modes"]) == {"plain", "key_padding", "causal"}
+    # The tiled path: every length and tile, the whole-row path beside it, both layers.
+    assert set(data["tiled"]["attention"]) == {"16", "40"}
+    assert set(data["tiled"]["attention"]["40"]) == {"16", "64", "256", "rows", "seconds"}
+    assert set(data["tiled"]["layer"]) == {"tiny", "default"}
     # The headline layer figures are the worst over every configuration.
     assert data["layer_cosine_min"] == min(r["layer_cosine_min"] for r in data["layer"].values())
     assert data["layer_max_abs_err"] == max(r["layer_max_abs_err"]
