@@ -1,7 +1,8 @@
 """Post-training quantization: float layer + calibration data in, :class:`QuantizedLayer` out.
 
-Per-tensor symmetric scales (zero point 0): ``s = max|t| / (2**(bits-1) - 1)``, with ``max|t|``
-taken from the float reference run on the calibration activations. Biases are quantized to the
+Per-tensor symmetric scales (zero point 0): ``s = peak / (2**(bits-1) - 1)``, with ``peak``
+the largest ``|t|`` (or a percentile of the magnitudes, for activations) of the float
+reference run on the calibration activations. Biases are quantized to the
 accumulator's scale ``s_in * s_w``. Every real multiplier becomes a :class:`Requant`.
 """
 
@@ -16,11 +17,26 @@ from .config import AttentionConfig
 from .fixed import Requant
 from .reference import FloatLayer, attention_float
 
-__all__ = ["quantize_tensor", "symmetric_scale", "quantize_layer", "dequantize"]
+__all__ = ["RANGE_ESTIMATORS", "quantize_tensor", "symmetric_scale", "quantize_layer",
+           "dequantize"]
 
 
-def symmetric_scale(t, bits: int) -> float:
-    peak = float(np.max(np.abs(t))) if np.size(t) else 0.0
+# Range estimators of activation scales: "max" (the largest magnitude seen in calibration) or
+# "percentile" (that percentile of the magnitudes: outliers beyond it clip, the rest get
+# finer steps). Weights always use the maximum.
+RANGE_ESTIMATORS = ("max", "percentile")
+DEFAULT_PERCENTILE = 99.99
+
+
+def symmetric_scale(t, bits: int, percentile: float | None = None) -> float:
+    """``peak / (2**(bits-1) - 1)``, ``peak`` the largest ``|t|`` or its ``percentile``."""
+    a = np.abs(np.asarray(t, dtype=np.float64))
+    if not a.size:
+        peak = 0.0
+    elif percentile is None:
+        peak = float(a.max())
+    else:
+        peak = float(np.percentile(a, percentile))
     return max(peak, 1e-12) / ((1 << (bits - 1)) - 1)
 
 
@@ -35,44 +51,65 @@ def dequantize(t, scale: float) -> np.ndarray:
     return np.asarray(t, dtype=np.float64) * scale
 
 
+def _sequences(calib, d_model: int, name: str) -> list[np.ndarray]:
+    """One (rows, d_model) array, a (sequences, rows, d_model) array, or a list of
+    (rows_i, d_model) arrays of any lengths, as a list of float64 sequences."""
+    if isinstance(calib, (list, tuple)):
+        seqs = [np.asarray(a, dtype=np.float64) for a in calib]
+    else:
+        a = np.asarray(calib, dtype=np.float64)
+        seqs = [a] if a.ndim == 2 else list(a) if a.ndim == 3 else [a]
+    if not seqs:
+        raise ValueError(f"{name}: no calibration sequence given")
+    for i, a in enumerate(seqs):
+        if a.ndim != 2 or a.shape[1] != d_model or not a.shape[0]:
+            raise ValueError(f"{name} sequence {i} has shape {a.shape}: expected (rows, "
+                             f"{d_model}) with rows >= 1")
+    return seqs
+
+
 def quantize_layer(cfg: AttentionConfig, layer: FloatLayer, calib_x, calib_kv=None, *,
-                   causal: bool = False, kv_len=None) -> QuantizedLayer:
+                   causal: bool = False, kv_len=None, estimator: str = "max",
+                   percentile: float = DEFAULT_PERCENTILE) -> QuantizedLayer:
     """Quantize ``layer`` for ``cfg`` using calibration activations ``calib_x`` and, for
     cross-attention, ``calib_kv``.
 
-    ``calib_x`` is one sequence (seq_len, d_model) or several, (sequences, seq_len, d_model);
-    ``calib_kv`` likewise, with the same number of sequences. Each sequence runs through the
-    float reference on its own (stacking sequences into one would let every row attend over
-    all of them and shrink the attention output's range), with the mask the layer will run
-    with: ``causal``, and ``kv_len`` (an int, or one per sequence) for key padding. The
-    intermediate scales are the maxima over all sequences; ``scales`` in the result records
-    all of them.
+    ``calib_x`` is one sequence (seq_len, d_model), several of one length (sequences, seq_len,
+    d_model), or a list of sequences of any lengths; ``calib_kv`` likewise, with the same
+    number of sequences. Each sequence runs through the float reference on its own (stacking
+    sequences into one would let every row attend over all of them and shrink the attention
+    output's range), with the mask the layer will run with: ``causal``, and ``kv_len`` (an
+    int, or one per sequence) for key padding. The intermediate scales come from all
+    sequences together, by ``estimator``: ``"max"`` or ``"percentile"`` (of the magnitudes,
+    ``percentile`` per cent); ``scales`` in the result records all of them.
     """
+    if estimator not in RANGE_ESTIMATORS:
+        raise ValueError(f"estimator = {estimator!r} is not one of {', '.join(RANGE_ESTIMATORS)}")
+    if estimator == "percentile" and not 50.0 <= percentile <= 100.0:
+        raise ValueError(f"percentile = {percentile} is out of range: allowed 50..100")
+    pct = percentile if estimator == "percentile" else None
     A, Wb, M = cfg.act_bits, cfg.weight_bits, cfg.requant_mult_bits
-    x = np.asarray(calib_x, dtype=np.float64)
-    if x.ndim == 2:
-        x = x[None]
-    kv = x if calib_kv is None else np.asarray(calib_kv, dtype=np.float64)
-    if kv.ndim == 2:
-        kv = kv[None]
-    if x.ndim != 3 or kv.ndim != 3 or kv.shape[0] != x.shape[0]:
-        raise ValueError(f"calib_x {x.shape} and calib_kv {kv.shape} must be (seq_len, "
-                         f"d_model) or (sequences, rows, d_model) with equal sequences")
-    lens = np.broadcast_to(np.asarray(kv_len if kv_len is not None else kv.shape[1]),
-                           (x.shape[0],))
-    runs = [attention_float(cfg, layer, xs, kvs, causal=causal, kv_len=int(n),
+    x = _sequences(calib_x, cfg.d_model, "calib_x")
+    kv = x if calib_kv is None else _sequences(calib_kv, cfg.d_model, "calib_kv")
+    if len(kv) != len(x):
+        raise ValueError(f"calib_x has {len(x)} sequences and calib_kv {len(kv)}: expected "
+                         f"one kv sequence per x sequence")
+    lens = [len(k) for k in kv] if kv_len is None else \
+        [int(n) for n in np.broadcast_to(np.asarray(kv_len), (len(x),))]
+    runs = [attention_float(cfg, layer, xs, kvs, causal=causal, kv_len=n,
                             return_intermediates=True) for xs, kvs, n in zip(x, kv, lens)]
-    out = np.stack([r[0] for r in runs])
-    mid = {n: np.stack([r[1][n] for r in runs]) for n in ("q", "k", "v", "attn")}
+    out = np.concatenate([r[0] for r in runs])
+    mid = {n: np.concatenate([r[1][n] for r in runs]) for n in ("q", "k", "v", "attn")}
+    x, kv = np.concatenate(x), np.concatenate(kv)
 
-    s = {"x": symmetric_scale(x, A), "kv": symmetric_scale(kv, A)}
+    s = {"x": symmetric_scale(x, A, pct), "kv": symmetric_scale(kv, A, pct)}
     if calib_kv is None:
         s["kv"] = s["x"]
     for n in ("wq", "wk", "wv", "wo"):
         s[n] = symmetric_scale(getattr(layer, n), Wb)
     for n in ("q", "k", "v", "attn"):
-        s[n] = symmetric_scale(mid[n], A)
-    s["out"] = symmetric_scale(out, A)
+        s[n] = symmetric_scale(mid[n], A, pct)
+    s["out"] = symmetric_scale(out, A, pct)
 
     blim = cfg.projection_bias_limit
 

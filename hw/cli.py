@@ -369,6 +369,8 @@ def cmd_run(args) -> int:
 
     _need("--idle", args.idle, 0, 0.99)
     _need("--backpressure", args.backpressure, 0, 0.99)
+    _need("--percentile", args.percentile, 50, 100)
+    _need("--layer-index", args.layer_index, 0)
     cfg = _config(args)
     out = Path(args.out)
     if out.suffix != ".npz":
@@ -381,7 +383,8 @@ def cmd_run(args) -> int:
         rep = run_float(cfg, Path(args.layer), Path(args.input), causal=args.causal,
                         sim=args.sim, seed=args.seed, idle=args.idle,
                         backpressure=args.backpressure,
-                        calib_path=Path(args.calib) if args.calib else None)
+                        calib_path=Path(args.calib) if args.calib else None,
+                        layer_index=args.layer_index, percentile=args.percentile)
     except LayerFileError as e:
         raise UsageError(str(e)) from None
     except (RunError, HarnessError) as e:
@@ -475,8 +478,12 @@ def _parser() -> argparse.ArgumentParser:
 
     p = command("run", cmd_run, "quantize a float layer on its input, run it on the hardware "
                 "(or the golden model) and compare with float64")
-    p.add_argument("--layer", required=True, help=".npz with float Wq, Wk, Wv, Wo (torch "
-                   "(out, in) layout) and bq, bk, bv, bo")
+    p.add_argument("--layer", required=True, help=".npz or .safetensors with the float "
+                   "weights: plain Wq..Wo, bq..bo (torch (out, in) layout), "
+                   "torch.nn.MultiheadAttention's in_proj_weight/out_proj.*, or Hugging Face "
+                   "BERT's ...attention.self.query.weight ...")
+    p.add_argument("--layer-index", type=int, default=None,
+                   help="which layer of a checkpoint holding several (the N of layer.N.)")
     p.add_argument("--input", required=True, help=".npz with x (L x d_model), optionally kv "
                    "(cross-attention) and key_padding_mask (True = padding)")
     p.add_argument("--causal", action="store_true", help="causal mask")
@@ -486,8 +493,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="probability of an idle input-stream cycle (0)")
     p.add_argument("--backpressure", type=float, default=0.0,
                    help="probability of output-stream backpressure in a cycle (0)")
-    p.add_argument("--calib", default=None, help=".npz with calibration x (and kv); default: "
-                   "calibrate on the input")
+    p.add_argument("--calib", default=None, help=".npz with calibration sequences x0, x1, "
+                   "... of any lengths (and kv0, kv1, ...), or x (and kv); default: calibrate "
+                   "on the input")
+    p.add_argument("--percentile", type=float, default=None,
+                   help="activation ranges from this percentile of the calibration "
+                   "magnitudes (50..100) instead of their maximum")
     p.add_argument("--out", required=True, help="result .npz: y, y_int, y_ref, cycles, ...")
 
     p = command("synth-blocks", cmd_synth_blocks, "ECP5 synthesis (and nextpnr) of the matrix "

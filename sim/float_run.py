@@ -3,14 +3,17 @@
 
 Files:
 
-- layer (``.npz``): float ``Wq, Wk, Wv, Wo`` (d_model x d_model, torch ``(out, in)`` layout)
-  and ``bq, bk, bv, bo`` (d_model);
+- layer (``.npz`` or ``.safetensors``): float weights in any naming of
+  :mod:`golden.checkpoint`: plain ``Wq, Wk, Wv, Wo`` (d_model x d_model, torch ``(out, in)``
+  layout) and ``bq, bk, bv, bo``; ``torch.nn.MultiheadAttention``'s ``in_proj_weight`` ...;
+  Hugging Face BERT's ``…layer.N.attention.self.query.weight`` ... (``layer_index`` picks N);
 - input (``.npz``): ``x`` (L x d_model float); optionally ``kv`` (S x d_model: cross-attention)
   and ``key_padding_mask`` (S bools, ``True`` = padding, torch's convention). The hardware
   keeps the first KEY_LEN keys, so only a mask that pads at the end can be run;
-- calibration (``.npz``, optional): ``x`` (and ``kv`` for cross-attention), one sequence
-  (rows x d_model) or several of equal length (sequences x rows x d_model). Without it the
-  quantizer calibrates on the input itself;
+- calibration (``.npz``, optional): sequences of any lengths as ``x0, x1, …`` (and ``kv0,
+  kv1, …`` for cross-attention, one per ``x``), or ``x`` (and ``kv``) as one sequence (rows x
+  d_model) or several of equal length (sequences x rows x d_model). Without it the quantizer
+  calibrates on the input itself;
 - output (``.npz``): ``y`` (dequantized, L x d_model), ``y_int`` (the int8 output), ``y_ref``
   (float64 reference of the float layer on the float input), ``cycles``, ``busy_cycles``,
   ``stall_cycles`` (-1 where the engine does not give one: busy cycles from the golden
@@ -31,8 +34,6 @@ import golden as g
 
 __all__ = ["LayerFileError", "RunReport", "load_float_layer", "load_input", "run_float"]
 
-WEIGHT_NAMES = ("Wq", "Wk", "Wv", "Wo")
-BIAS_NAMES = ("bq", "bk", "bv", "bo")
 
 
 class LayerFileError(ValueError):
@@ -58,16 +59,19 @@ def _float_array(arrays: dict, name: str, shape: tuple, path: Path) -> np.ndarra
     return a.astype(np.float64)
 
 
-def load_float_layer(cfg: g.AttentionConfig, path: Path) -> g.FloatLayer:
-    arrays = _load_npz(path, "layer")
-    missing = [n for n in WEIGHT_NAMES + BIAS_NAMES if n not in arrays]
-    if missing:
-        raise LayerFileError(f"{path}: missing {', '.join(missing)}; the file holds "
-                             f"{', '.join(f'{k} {arrays[k].shape}' for k in arrays) or 'nothing'}")
-    d = cfg.d_model
-    w = {n.lower(): _float_array(arrays, n, (d, d), path) for n in WEIGHT_NAMES}
-    b = {n: _float_array(arrays, n, (d,), path) for n in BIAS_NAMES}
-    return g.FloatLayer(**w, **b)
+def load_float_layer(cfg: g.AttentionConfig, path: Path,
+                     layer_index: int | None = None) -> g.FloatLayer:
+    from golden.checkpoint import CheckpointError, import_layer
+    try:
+        imp = import_layer(path, layer_index)
+    except CheckpointError as e:
+        raise LayerFileError(str(e)) from None
+    if imp.d_model != cfg.d_model:
+        where = f" {imp.prefix.rstrip('.')}" if imp.prefix else ""
+        raise LayerFileError(f"{path}: the {imp.naming} layer{where} has d_model "
+                             f"{imp.d_model}, the configuration {cfg.name} has d_model "
+                             f"{cfg.d_model}")
+    return imp.layer
 
 
 @dataclass(frozen=True)
@@ -128,18 +132,43 @@ def load_input(cfg: g.AttentionConfig, path: Path) -> LayerInput:
     return LayerInput(x, kv, key_len)
 
 
+def _numbered(arrays: dict, stem: str) -> list[str]:
+    """``stem0, stem1, …`` present in ``arrays``, in index order (no gaps allowed)."""
+    names = sorted((int(k[len(stem):]), k) for k in arrays
+                   if k.startswith(stem) and k[len(stem):].isdigit())
+    if [i for i, _ in names] != list(range(len(names))):
+        raise LayerFileError(f"calibration arrays {', '.join(k for _, k in names)} must be "
+                             f"numbered {stem}0, {stem}1, … without gaps")
+    return [k for _, k in names]
+
+
+def _calib_sequence(arrays, name, cfg, path) -> list[np.ndarray]:
+    a = np.asarray(arrays[name], dtype=np.float64)
+    if a.ndim not in (2, 3) or a.shape[-1] != cfg.d_model or not a.shape[-2]:
+        raise LayerFileError(f"{path}: {name} has shape {a.shape}, expected (rows, "
+                             f"{cfg.d_model}) or (sequences, rows, {cfg.d_model})")
+    if not np.all(np.isfinite(a)):
+        raise LayerFileError(f"{path}: {name} holds values that are not finite")
+    return [a] if a.ndim == 2 else list(a)
+
+
 def load_calibration(cfg: g.AttentionConfig, path: Path, cross: bool):
+    """Calibration sequences ``(x list, kv list or None)``: ``x0, x1, …`` (any lengths) or
+    ``x`` (one or several equal sequences), with ``kv…`` likewise for cross-attention."""
     arrays = _load_npz(path, "calibration")
-    if "x" not in arrays or (cross and "kv" not in arrays):
-        raise LayerFileError(f"{path}: needs x{' and kv' if cross else ''}; the file holds "
-                             f"{', '.join(arrays) or 'nothing'}")
     out = []
-    for name in ("x", "kv") if cross else ("x",):
-        a = np.asarray(arrays[name], dtype=np.float64)
-        if a.ndim not in (2, 3) or a.shape[-1] != cfg.d_model:
-            raise LayerFileError(f"{path}: {name} has shape {a.shape}, expected (rows, "
-                                 f"{cfg.d_model}) or (sequences, rows, {cfg.d_model})")
-        out.append(a)
+    for stem in ("x", "kv") if cross else ("x",):
+        numbered = _numbered(arrays, stem)
+        if stem in arrays and numbered:
+            raise LayerFileError(f"{path}: holds both {stem} and {numbered[0]}…; use one form")
+        names = numbered or ([stem] if stem in arrays else [])
+        if not names:
+            raise LayerFileError(f"{path}: needs {stem} or {stem}0, {stem}1, …; the file holds "
+                                 f"{', '.join(arrays) or 'nothing'}")
+        out.append([seq for n in names for seq in _calib_sequence(arrays, n, cfg, path)])
+    if cross and len(out[0]) != len(out[1]):
+        raise LayerFileError(f"{path}: {len(out[0])} x sequences but {len(out[1])} kv "
+                             f"sequences; cross-attention calibration needs one kv per x")
     return out[0], (out[1] if cross else None)
 
 
@@ -157,12 +186,13 @@ class RunReport:
 def run_float(cfg: g.AttentionConfig, layer_path: Path, input_path: Path, *,
               causal: bool = False, sim: str = "verilator", seed: int = 0,
               idle: float = 0.0, backpressure: float = 0.0,
-              calib_path: Path | None = None) -> RunReport:
+              calib_path: Path | None = None, layer_index: int | None = None,
+              percentile: float | None = None) -> RunReport:
     from sim.host import Sequence, run_layer
 
     if causal and not cfg.causal_mask:
         raise LayerFileError("--causal given but the configuration has causal_mask = false")
-    fl = load_float_layer(cfg, layer_path)
+    fl = load_float_layer(cfg, layer_path, layer_index)
     inp = load_input(cfg, input_path)
     cross = inp.kv is not None
     if calib_path is not None:
@@ -170,7 +200,8 @@ def run_float(cfg: g.AttentionConfig, layer_path: Path, input_path: Path, *,
         lens = None
     else:
         cx, ckv, lens = inp.x, inp.kv, inp.key_len
-    layer = g.quantize_layer(cfg, fl, cx, ckv, causal=causal, kv_len=lens)
+    est = {} if percentile is None else {"estimator": "percentile", "percentile": percentile}
+    layer = g.quantize_layer(cfg, fl, cx, ckv, causal=causal, kv_len=lens, **est)
     s = layer.scales
     xq = g.quantize_tensor(inp.x, s["x"], cfg.act_bits)
     kvq = g.quantize_tensor(inp.kv, s["kv"], cfg.act_bits) if cross else None

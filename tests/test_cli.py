@@ -206,7 +206,10 @@ def test_run_golden_writes_the_result_and_its_reference(capsys, tmp_path):
     ("all_padded", ["pads every key"]),
     ("long", ["x has 9 rows, allowed 1..8"]),
     ("width", ["x has shape (6, 12), expected (rows, 16)"]),
-    ("layer", ["missing Wk", "the file holds"]),
+    ("layer", ["plain layer (no prefix) lacks Wk", "the file holds Wq (16, 16)"]),
+    ("d_model", ["the plain layer has d_model 8, the configuration tiny has d_model 16"]),
+    ("calib_gap", ["calibration arrays x0, x2 must be numbered x0, x1, … without gaps"]),
+    ("percentile", ["--percentile 20 is out of range: allowed 50..100"]),
     ("cross", ["kv given (cross-attention) but the configuration has cross_attention = false"]),
     ("out", ["must end in .npz"]),
 ])
@@ -225,13 +228,64 @@ def test_run_names_each_bad_input(capsys, tmp_path, case, needles):
         args["d"] = 12
     w, x = _float_files(tmp_path, **args)
     conf = TINY
+    extra = []
     if case == "layer":
         np.savez(w, Wq=np.zeros((16, 16)))
+    elif case == "d_model":
+        np.savez(w, **{n: np.zeros((8, 8)) for n in ("Wq", "Wk", "Wv", "Wo")},
+                 **{n: np.zeros(8) for n in ("bq", "bk", "bv", "bo")})
+    elif case == "calib_gap":
+        np.savez(tmp_path / "C.npz", x0=np.ones((3, 16)), x2=np.ones((3, 16)))
+        extra = ["--calib", str(tmp_path / "C.npz")]
+    elif case == "percentile":
+        extra = ["--percentile", "20"]
     elif case == "cross":
         conf = tmp_path / "self.toml"
         conf.write_text(cfg.replace(cross_attention=False).to_toml())
         np.savez(x, x=np.zeros((4, 16)), kv=np.zeros((4, 16)))
     out = tmp_path / ("Y.txt" if case == "out" else "Y.npz")
     _refused(capsys, ["run", "--config", str(conf), "--layer", str(w), "--input", str(x),
-                      "--sim", "golden", "--out", str(out)], *needles)
+                      "--sim", "golden", "--out", str(out), *extra], *needles)
     assert not out.exists()
+
+
+def test_run_takes_checkpoints_in_every_naming_and_ragged_calibration(capsys, tmp_path):
+    # The same weights as plain .npz, torch MultiheadAttention .safetensors and a two-layer
+    # BERT .safetensors (layer 1 chosen) give the same output; calibration sequences of
+    # different lengths (x0, x1, x2) are taken as they are.
+    import numpy as np
+    from safetensors.numpy import save_file
+    w, x = _float_files(tmp_path, rows=6)
+    with np.load(w) as f:
+        p = {k: f[k].astype(np.float32) for k in f.files}
+    np.savez(w, **p)
+    rng = np.random.default_rng(7)
+    cal = tmp_path / "C.npz"
+    np.savez(cal, x0=rng.normal(size=(3, 16)), x1=rng.normal(size=(8, 16)),
+             x2=rng.normal(size=(5, 16)))
+    mha = tmp_path / "mha.safetensors"
+    save_file({"attn.in_proj_weight": np.concatenate([p["Wq"], p["Wk"], p["Wv"]]),
+               "attn.in_proj_bias": np.concatenate([p["bq"], p["bk"], p["bv"]]),
+               "attn.out_proj.weight": p["Wo"], "attn.out_proj.bias": p["bo"]}, str(mha))
+    bert = {}
+    for layer, scale in ((0, 0.5), (1, 1.0)):
+        pre = f"encoder.layer.{layer}.attention."
+        for t, name in (("q", "query"), ("k", "key"), ("v", "value")):
+            bert[pre + f"self.{name}.weight"] = p[f"W{t}"] * np.float32(scale)
+            bert[pre + f"self.{name}.bias"] = p[f"b{t}"]
+        bert[pre + "output.dense.weight"] = p["Wo"]
+        bert[pre + "output.dense.bias"] = p["bo"]
+    bpath = tmp_path / "bert.safetensors"
+    save_file(bert, str(bpath))
+    outs = []
+    for layer, more in ((w, []), (mha, []), (bpath, ["--layer-index", "1"])):
+        out = tmp_path / f"Y{len(outs)}.npz"
+        assert main(["run", "--config", TINY, "--layer", str(layer), "--input", str(x),
+                     "--calib", str(cal), "--sim", "golden", "--out", str(out), *more]) == 0
+        with np.load(out) as y:
+            outs.append(y["y_int"])
+    capsys.readouterr()
+    assert np.array_equal(outs[0], outs[1]) and np.array_equal(outs[0], outs[2])
+    _refused(capsys, ["run", "--config", TINY, "--layer", str(bpath), "--input", str(x),
+                      "--sim", "golden", "--out", str(tmp_path / "Z.npz")],
+             "holds 2 attention layers (indices 0, 1); choose one with the layer index")

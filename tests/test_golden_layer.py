@@ -152,8 +152,46 @@ def test_quantize_layer_calibrates_sequences_separately():
     one = quantize_layer(cfg, fl, seqs[0])
     ref = np.abs(attention_float(cfg, fl, seqs[0], return_intermediates=True)[1]["attn"]).max()
     assert one.scales["attn"] == pytest.approx(ref / 127)
-    with pytest.raises(ValueError, match="equal sequences"):
+    with pytest.raises(ValueError, match="calib_x has 4 sequences and calib_kv 2"):
         quantize_layer(cfg, fl, seqs, seqs[:2])
+
+
+def test_quantize_layer_takes_sequences_of_any_lengths():
+    cfg = DEFAULT
+    rng = np.random.default_rng(10)
+    fl = random_float_layer(cfg, rng)
+    seqs = [rng.normal(size=(n, cfg.d_model)) for n in (3, 64, 17)]
+    q = quantize_layer(cfg, fl, seqs)
+    outs = [attention_float(cfg, fl, s, return_intermediates=True) for s in seqs]
+    assert q.scales["attn"] == pytest.approx(max(np.abs(o[1]["attn"]).max() for o in outs) / 127)
+    assert q.scales["out"] == pytest.approx(max(np.abs(o[0]).max() for o in outs) / 127)
+    assert q.scales["x"] == pytest.approx(max(np.abs(s).max() for s in seqs) / 127)
+    # Cross-attention: one kv sequence of its own length per x sequence.
+    kvs = [rng.normal(size=(n, cfg.d_model)) for n in (5, 1, 40)]
+    qc = quantize_layer(cfg, fl, seqs, kvs, kv_len=[5, 1, 20])
+    assert qc.scales["kv"] == pytest.approx(max(np.abs(k).max() for k in kvs) / 127)
+    with pytest.raises(ValueError, match=r"calib_x sequence 1 has shape \(64, 5\): expected "
+                                         r"\(rows, 128\)"):
+        quantize_layer(cfg, fl, [seqs[0], seqs[1][:, :5]])
+
+
+def test_percentile_estimator_clips_outliers():
+    cfg = DEFAULT
+    rng = np.random.default_rng(11)
+    fl = random_float_layer(cfg, rng)
+    x = rng.normal(size=(64, cfg.d_model))
+    x[3, 7] = 40.0
+    q_max = quantize_layer(cfg, fl, x)
+    q_pct = quantize_layer(cfg, fl, x, estimator="percentile", percentile=99.9)
+    assert q_max.scales["x"] == pytest.approx(40.0 / 127)
+    assert q_pct.scales["x"] == pytest.approx(np.percentile(np.abs(x), 99.9) / 127)
+    assert q_pct.scales["x"] < q_max.scales["x"] / 5
+    # Weights keep their maximum.
+    assert q_pct.scales["wq"] == q_max.scales["wq"]
+    with pytest.raises(ValueError, match="estimator = 'mean' is not one of max, percentile"):
+        quantize_layer(cfg, fl, x, estimator="mean")
+    with pytest.raises(ValueError, match=r"percentile = 20 is out of range: allowed 50\.\.100"):
+        quantize_layer(cfg, fl, x, estimator="percentile", percentile=20)
 
 
 @pytest.mark.parametrize("cfg, seqs, calib", [(TINY, 16, 64), (DEFAULT, 4, 32)],
