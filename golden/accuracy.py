@@ -1,6 +1,6 @@
 """Accuracy of the golden integer model against float64.
 
-Three measurements (``python -m hw accuracy --out build/accuracy``, i.e. ``make accuracy``):
+Four measurements (``python -m hw accuracy --out build/accuracy``, i.e. ``make accuracy``):
 
 Softmax
     :func:`softmax_int` against the float64 softmax of the *same integer scores* at the real
@@ -14,6 +14,8 @@ Layer
     weights, quantized on calibration data and run on fresh test data, per shipped config and
     mode (plain, causal, key padding, cross-attention).
 
+Real model
+    the six attention layers of all-MiniLM-L6-v2 on real sentences (:mod:`golden.real_model`).
 Tiled path
     :func:`golden.online_softmax.attend_tiled` against float64 attention of the same integer
     Q, K, V (:mod:`golden.tiled_accuracy`), L = 16 .. 4096, and whole layers by both paths.
@@ -429,8 +431,36 @@ def _plot_histogram(errors: np.ndarray, path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def _plot_real_model(rm: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    layers = sorted(rm["layers"], key=int)
+    ests = list(rm["layers"][layers[0]])
+    fig, ax = plt.subplots(figsize=(7, 4))
+    x = np.arange(len(layers))
+    for j, est in enumerate(ests):
+        w = 0.8 / len(ests)
+        worst = [rm["layers"][n][est]["cosine_min"] for n in layers]
+        mean = [rm["layers"][n][est]["cosine_mean"] for n in layers]
+        ax.bar(x + j * w, worst, w, label=f"worst row, {est}")
+        ax.scatter(x + j * w, mean, color="k", marker="_", s=200,
+                   label="mean row" if j == 0 else None)
+    ax.set_xticks(x + 0.4 - 0.4 / len(ests), [f"layer {n}" for n in layers])
+    lowest = min(r["cosine_min"] for per in rm["layers"].values() for r in per.values())
+    ax.set_ylim(max(0.0, math.floor((lowest - 0.05) * 20) / 20), 1.0)
+    ax.set_ylabel("row cosine against float64")
+    ax.set_title("all-MiniLM-L6-v2 attention layers, int8 per-tensor, real sentences")
+    ax.legend(loc="lower left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def run(out_dir: Path, rows_per_case: int = 400, seed: int = 0,
-        layer_sequences: dict | None = None, tiled_lengths=TILED_LENGTHS) -> dict:
+        layer_sequences: dict | None = None, tiled_lengths=TILED_LENGTHS,
+        real_model: bool = True) -> dict:
     """Both measurements, written to ``out_dir/accuracy.json`` and ``softmax_error.png``."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -468,6 +498,10 @@ def run(out_dir: Path, rows_per_case: int = 400, seed: int = 0,
     report["layer_cosine_min"] = min(r["layer_cosine_min"] for r in layers.values())
     report["layer_max_abs_err"] = max(r["layer_max_abs_err"] for r in layers.values())
     report["layer_rel_err"] = max(r["layer_rel_err"] for r in layers.values())
+    if real_model:
+        from .real_model import real_model_accuracy
+        report["real_model"] = real_model_accuracy()
+        _plot_real_model(report["real_model"], out_dir / "real_model.png")
     report["misses"] = check_bounds(report)
     (out_dir / "accuracy.json").write_text(json.dumps(report, indent=2) + "\n")
     return report

@@ -195,7 +195,11 @@ def cmd_accuracy(args) -> int:
     from golden.accuracy import run
     _need("--rows", args.rows, 1)
     out = Path(args.out)
-    rep = run(out, args.rows, args.seed)
+    from golden.real_model import ModelMissing
+    try:
+        rep = run(out, args.rows, args.seed, real_model=not args.no_model)
+    except ModelMissing as e:
+        raise UsageError(str(e)) from None
     ov = rep["softmax"]["overall"]
     print(f"softmax: {ov['rows']} rows, {ov['outputs']} outputs: max err "
           f"{ov['softmax_max_err_lsb']:.3f} LSB, correctly rounded "
@@ -214,6 +218,10 @@ def cmd_accuracy(args) -> int:
         print(f"tiled layer {name} (kv_tile {r['kv_tile']}): cosine min "
               f"{r['tiled']['layer_cosine_min']:.4f}, whole-row path "
               f"{r['rows']['layer_cosine_min']:.4f}")
+    for n, per in rep.get("real_model", {}).get("layers", {}).items():
+        print(f"all-MiniLM-L6-v2 layer {n}: " + ", ".join(
+            f"{est}: worst {r['cosine_min']:.4f} mean {r['cosine_mean']:.4f}"
+            for est, r in per.items()))
     for miss in rep["misses"]:
         print(f"MISSED: {miss}")
     print(f"wrote {out / 'accuracy.json'} and {out / 'softmax_error.png'}")
@@ -457,6 +465,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--rows", type=int, default=400,
                    help="rows per (config, multiplier, row kind) case (default 400)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-model", action="store_true",
+                   help="skip the real model (all-MiniLM-L6-v2; needs requirements-model.txt)")
 
     p = command("bench", cmd_bench, "cycle benchmarks against their models: matrix engine, "
                 "softmax unit (Amaranth simulator), whole layer (Verilator)")
