@@ -263,7 +263,7 @@ def layer_accuracy(cfg: AttentionConfig, seed: int = 0, sequences: int = 4,
     layers = {
         "plain": quantize_layer(cfg, fl, calib_x),
         "key_padding": quantize_layer(cfg, fl, calib_x,
-                                      kv_len=rng.integers(1, n + 1, calib_sequences)),
+                                      key_len=rng.integers(1, n + 1, calib_sequences)),
     }
     if cfg.causal_mask:
         layers["causal"] = quantize_layer(cfg, fl, calib_x, causal=True)
@@ -271,7 +271,7 @@ def layer_accuracy(cfg: AttentionConfig, seed: int = 0, sequences: int = 4,
         calib_kv = rng.normal(size=(calib_sequences, cfg.max_kv_len, d)) * KV_GAIN
         # Test kv sequences have 1..max_kv_len rows: calibrate over such lengths (padding).
         layers["cross"] = quantize_layer(
-            cfg, fl, calib_x, calib_kv, kv_len=rng.integers(1, cfg.max_kv_len + 1,
+            cfg, fl, calib_x, calib_kv, key_len=rng.integers(1, cfg.max_kv_len + 1,
                                                               calib_sequences))
     result = {}
     for mode in layer_modes(cfg):
@@ -284,7 +284,7 @@ def layer_accuracy(cfg: AttentionConfig, seed: int = 0, sequences: int = 4,
             if mode == "causal":
                 kw["causal"] = True
             elif mode == "key_padding":
-                kw["kv_len"] = int(rng.integers(1, n + 1))
+                kw["key_len"] = int(rng.integers(1, n + 1))
             elif mode == "cross":
                 kv = rng.normal(size=(int(rng.integers(1, cfg.max_kv_len + 1)), d)) * KV_GAIN
                 kvq = quantize_tensor(kv, sc["kv"], A)

@@ -111,8 +111,8 @@ class AttentionTrace:
     out: np.ndarray      # (seq_len, d_model) int8
 
 
-def check_run_args(cfg: AttentionConfig, x, kv, causal: bool, kv_len) -> tuple:
-    """Validate one run's inputs against ``cfg``; returns ``(x, kv, kv_len)`` as int64."""
+def check_run_args(cfg: AttentionConfig, x, kv, causal: bool, key_len) -> tuple:
+    """Validate one run's inputs against ``cfg``; returns ``(x, kv, key_len)`` as int64."""
     x = as_int64(x)
     if x.ndim != 2 or x.shape[1] != cfg.d_model:
         raise ValueError(f"x has shape {x.shape}: expected (seq_len, {cfg.d_model})")
@@ -139,31 +139,31 @@ def check_run_args(cfg: AttentionConfig, x, kv, causal: bool, kv_len) -> tuple:
             raise ValueError(f"{name} holds values outside -{alim}..{alim - 1}")
     if causal and not cfg.causal_mask:
         raise ValueError("causal mask requested but causal_mask is disabled in the configuration")
-    kv_len = kv.shape[0] if kv_len is None else int(kv_len)
-    if not 1 <= kv_len <= kv.shape[0]:
-        raise ValueError(f"kv_len = {kv_len} is out of range: allowed 1..{kv.shape[0]}")
-    return x, kv, kv_len
+    key_len = kv.shape[0] if key_len is None else int(key_len)
+    if not 1 <= key_len <= kv.shape[0]:
+        raise ValueError(f"key_len = {key_len} is out of range: allowed 1..{kv.shape[0]}")
+    return x, kv, key_len
 
 
 def attention_int(cfg: AttentionConfig, layer: QuantizedLayer, x, kv=None, *,
-                  causal: bool = False, kv_len: int | None = None,
+                  causal: bool = False, key_len: int | None = None,
                   kv_tile: int | None = None, trace: bool = False):
     """Run the integer layer on int8 ``x`` (seq_len, d_model).
 
-    ``kv`` (kv_rows, d_model) is the cross-attention input (default: ``x``). ``kv_len`` keeps
-    only the first ``kv_len`` keys (key padding). ``causal`` masks key j > query i.
+    ``kv`` (kv_rows, d_model) is the cross-attention input (default: ``x``). ``key_len`` keeps
+    only the first ``key_len`` keys (key padding). ``causal`` masks key j > query i.
     ``kv_tile`` selects the key/value-tiled path with that many keys per tile
     (:mod:`golden.online_softmax`; its trace has no probabilities); ``None`` is the
     whole-row path the hardware implements.
     Returns the int8 output (seq_len, d_model), or an :class:`AttentionTrace` with ``trace``.
     """
-    x, kv, kv_len = check_run_args(cfg, x, kv, causal, kv_len)
+    x, kv, key_len = check_run_args(cfg, x, kv, causal, key_len)
     A, acc = cfg.act_bits, cfg.acc_bits
     q = requantize(matmul_acc(x, layer.wq.T, layer.bq, acc), layer.rq_q, A)
     k = requantize(matmul_acc(kv, layer.wk.T, layer.bk, acc), layer.rq_k, A)
     v = requantize(matmul_acc(kv, layer.wv.T, layer.bv, acc), layer.rq_v, A)
 
-    valid = attention_mask(x.shape[0], kv.shape[0], causal=causal, kv_len=kv_len)
+    valid = attention_mask(x.shape[0], kv.shape[0], causal=causal, key_len=key_len)
     H, dk = cfg.heads, cfg.head_dim
     scores = np.empty((H, x.shape[0], kv.shape[0]), dtype=np.int64)
     probs = np.zeros_like(scores)

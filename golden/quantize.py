@@ -69,7 +69,7 @@ def _sequences(calib, d_model: int, name: str) -> list[np.ndarray]:
 
 
 def quantize_layer(cfg: AttentionConfig, layer: FloatLayer, calib_x, calib_kv=None, *,
-                   causal: bool = False, kv_len=None, estimator: str = "max",
+                   causal: bool = False, key_len=None, estimator: str = "max",
                    percentile: float = DEFAULT_PERCENTILE) -> QuantizedLayer:
     """Quantize ``layer`` for ``cfg`` using calibration activations ``calib_x`` and, for
     cross-attention, ``calib_kv``.
@@ -78,7 +78,7 @@ def quantize_layer(cfg: AttentionConfig, layer: FloatLayer, calib_x, calib_kv=No
     d_model), or a list of sequences of any lengths; ``calib_kv`` likewise, with the same
     number of sequences. Each sequence runs through the float reference on its own (stacking
     sequences into one would let every row attend over all of them and shrink the attention
-    output's range), with the mask the layer will run with: ``causal``, and ``kv_len`` (an
+    output's range), with the mask the layer will run with: ``causal``, and ``key_len`` (an
     int, or one per sequence) for key padding. The intermediate scales come from all
     sequences together, by ``estimator``: ``"max"`` or ``"percentile"`` (of the magnitudes,
     ``percentile`` per cent); ``scales`` in the result records all of them.
@@ -94,9 +94,9 @@ def quantize_layer(cfg: AttentionConfig, layer: FloatLayer, calib_x, calib_kv=No
     if len(kv) != len(x):
         raise ValueError(f"calib_x has {len(x)} sequences and calib_kv {len(kv)}: expected "
                          f"one kv sequence per x sequence")
-    lens = [len(k) for k in kv] if kv_len is None else \
-        [int(n) for n in np.broadcast_to(np.asarray(kv_len), (len(x),))]
-    runs = [attention_float(cfg, layer, xs, kvs, causal=causal, kv_len=n,
+    lens = [len(k) for k in kv] if key_len is None else \
+        [int(n) for n in np.broadcast_to(np.asarray(key_len), (len(x),))]
+    runs = [attention_float(cfg, layer, xs, kvs, causal=causal, key_len=n,
                             return_intermediates=True) for xs, kvs, n in zip(x, kv, lens)]
     out = np.concatenate([r[0] for r in runs])
     mid = {n: np.concatenate([r[1][n] for r in runs]) for n in ("q", "k", "v", "attn")}

@@ -9,7 +9,7 @@ computes, for row-vector inputs ``x`` (seq_len, d_model) and ``kv`` (kv_rows, d_
     out = concat(heads) Wo^T + bo
 
 which equals ``torch.nn.MultiheadAttention(d_model, heads, batch_first=True)(x, kv, kv,
-attn_mask=causal, key_padding_mask=j >= kv_len)`` with its weights copied in. One difference:
+attn_mask=causal, key_padding_mask=j >= key_len)`` with its weights copied in. One difference:
 torch returns NaN for a query row with no valid key; here such a row attends to nothing (its
 probabilities are 0), exactly as the hardware does.
 """
@@ -52,7 +52,7 @@ def softmax_float(scores, valid=None) -> np.ndarray:
 
 
 def attention_float(cfg: AttentionConfig, layer: FloatLayer, x, kv=None, *,
-                    causal: bool = False, kv_len: int | None = None,
+                    causal: bool = False, key_len: int | None = None,
                     return_intermediates: bool = False):
     """Float64 layer output (seq_len, d_model); with ``return_intermediates`` also a dict of
     ``q``, ``k``, ``v``, ``attn`` (heads concatenated, before the output projection)."""
@@ -61,7 +61,7 @@ def attention_float(cfg: AttentionConfig, layer: FloatLayer, x, kv=None, *,
     q = x @ layer.wq.T + layer.bq
     k = kv @ layer.wk.T + layer.bk
     v = kv @ layer.wv.T + layer.bv
-    valid = attention_mask(x.shape[0], kv.shape[0], causal=causal, kv_len=kv_len)
+    valid = attention_mask(x.shape[0], kv.shape[0], causal=causal, key_len=key_len)
     dk = cfg.head_dim
     attn = np.empty((x.shape[0], cfg.d_model))
     for h in range(cfg.heads):

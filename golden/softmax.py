@@ -67,14 +67,14 @@ def softmax_exp(diff, cfg: AttentionConfig, exp_mult: int, exp_shift: int) -> np
 
 
 def attention_mask(seq_len: int, kv_rows: int, *, causal: bool = False,
-                   kv_len: int | None = None) -> np.ndarray:
-    """Boolean (seq_len, kv_rows) array of keys that count: ``j < kv_len`` and, when causal,
+                   key_len: int | None = None) -> np.ndarray:
+    """Boolean (seq_len, kv_rows) array of keys that count: ``j < key_len`` and, when causal,
     ``j <= i``."""
-    kv_len = kv_rows if kv_len is None else kv_len
-    if not 0 <= kv_len <= kv_rows:
-        raise ValueError(f"kv_len = {kv_len} is out of range: allowed 0..{kv_rows}")
+    key_len = kv_rows if key_len is None else key_len
+    if not 0 <= key_len <= kv_rows:
+        raise ValueError(f"key_len = {key_len} is out of range: allowed 0..{kv_rows}")
     j = np.arange(kv_rows)[None, :]
-    valid = np.broadcast_to(j < kv_len, (seq_len, kv_rows)).copy()
+    valid = np.broadcast_to(j < key_len, (seq_len, kv_rows)).copy()
     if causal:
         valid &= j <= np.arange(seq_len)[:, None]
     return valid

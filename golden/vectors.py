@@ -5,7 +5,7 @@ For testbenches outside Python (SystemVerilog, C++). :func:`export_vectors` writ
 
 ``vectors.npz``
     ``config`` (the configuration as a JSON string), every integer parameter
-    (:meth:`QuantizedLayer.arrays`), the run's inputs (``x``, ``kv``, ``causal``, ``kv_len``),
+    (:meth:`QuantizedLayer.arrays`), the run's inputs (``x``, ``kv``, ``causal``, ``key_len``),
     the 2^-f table ``exp_table`` and every field of :class:`AttentionTrace`.
 ``<name>.hex``
     One file per tensor for ``$readmemh``: one word per line, two's complement, fixed width of
@@ -48,7 +48,7 @@ def tensor_formats(cfg: AttentionConfig, layer: QuantizedLayer) -> dict[str, tup
     fmt["exp_table"] = (cfg.exp_table_bits + 1, False)       # UQ1.T, entries up to 1.0
     fmt.update({
         "x": (A, True), "kv": (A, True),
-        "causal": (1, False), "kv_len": (cfg.seq_len_bits, False),
+        "causal": (1, False), "key_len": (cfg.seq_len_bits, False),
         "q": (A, True), "k": (A, True), "v": (A, True),
         "scores": (cfg.score_bits, True),
         "valid": (1, False),
@@ -103,17 +103,17 @@ def load_hex(path, bits: int, signed: bool, shape=None) -> np.ndarray:
 
 
 def export_vectors(cfg: AttentionConfig, layer: QuantizedLayer, x, kv=None, causal: bool = False,
-                   kv_len: int | None = None, *, out_dir) -> dict:
+                   key_len: int | None = None, *, out_dir) -> dict:
     """Run :func:`attention_int` with ``trace=True`` and write its vectors to ``out_dir``.
 
     Returns the manifest (also written as ``manifest.json``).
     """
     layer.check(cfg)
-    x, kv_arr, kv_len = check_run_args(cfg, x, kv, causal, kv_len)
-    tr = attention_int(cfg, layer, x, kv, causal=causal, kv_len=kv_len, trace=True)
+    x, kv_arr, key_len = check_run_args(cfg, x, kv, causal, key_len)
+    tr = attention_int(cfg, layer, x, kv, causal=causal, key_len=key_len, trace=True)
     tensors = dict(layer.arrays())
     tensors["exp_table"] = exp_table(cfg)
-    tensors.update(x=x, kv=kv_arr, causal=np.int64(causal), kv_len=np.int64(kv_len))
+    tensors.update(x=x, kv=kv_arr, causal=np.int64(causal), key_len=np.int64(key_len))
     for name in ("q", "k", "v", "scores", "valid", "probs", "attn", "out"):
         tensors[name] = np.asarray(getattr(tr, name)).astype(np.int64)
 
@@ -128,7 +128,7 @@ def export_vectors(cfg: AttentionConfig, layer: QuantizedLayer, x, kv=None, caus
                          "signed": signed}
     manifest = {
         "config": cfg.name,
-        "seq_len": int(x.shape[0]), "kv_rows": int(kv_arr.shape[0]), "kv_len": int(kv_len),
+        "seq_len": int(x.shape[0]), "kv_rows": int(kv_arr.shape[0]), "key_len": int(key_len),
         "causal": bool(causal), "cross_attention": kv is not None,
         "format": "$readmemh, one word per line, two's complement, row-major",
         "tensors": entries,

@@ -181,13 +181,13 @@ def cmd_vectors(args) -> int:
     from golden.vectors import export_vectors, random_run
     cfg = _config(args)
     _need("--seq-len", args.seq_len, 1, cfg.max_seq_len)
-    _need("--kv-len", args.kv_len, 1, cfg.max_kv_len)
+    _need("--key-len", args.key_len, 1, cfg.max_kv_len)
     if args.cross and not cfg.cross_attention:
         raise UsageError(f"--cross: {cfg.name} has cross_attention = false")
     layer, x, kv = random_run(cfg, args.seed, seq_len=args.seq_len, cross=args.cross)
-    man = export_vectors(cfg, layer, x, kv, args.causal, args.kv_len, out_dir=Path(args.out))
+    man = export_vectors(cfg, layer, x, kv, args.causal, args.key_len, out_dir=Path(args.out))
     print(f"wrote {len(man['tensors'])} tensors for {cfg.name} (seq_len {man['seq_len']}, "
-          f"kv_len {man['kv_len']}, causal {man['causal']}) to {args.out}")
+          f"key_len {man['key_len']}, causal {man['causal']}) to {args.out}")
     return 0
 
 
@@ -455,7 +455,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="build/vectors")
     p.add_argument("--seq-len", type=int, default=None, help="query rows (default max_seq_len)")
     p.add_argument("--causal", action="store_true", help="apply the causal mask")
-    p.add_argument("--kv-len", type=int, default=None, help="valid keys (key padding)")
+    p.add_argument("--key-len", type=int, default=None, help="valid keys (key padding)")
     p.add_argument("--cross", action="store_true",
                    help="cross-attention with max_kv_len random key/value rows")
 

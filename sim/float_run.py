@@ -201,14 +201,14 @@ def run_float(cfg: g.AttentionConfig, layer_path: Path, input_path: Path, *,
     else:
         cx, ckv, lens = inp.x, inp.kv, inp.key_len
     est = {} if percentile is None else {"estimator": "percentile", "percentile": percentile}
-    layer = g.quantize_layer(cfg, fl, cx, ckv, causal=causal, kv_len=lens, **est)
+    layer = g.quantize_layer(cfg, fl, cx, ckv, causal=causal, key_len=lens, **est)
     s = layer.scales
     xq = g.quantize_tensor(inp.x, s["x"], cfg.act_bits)
     kvq = g.quantize_tensor(inp.kv, s["kv"], cfg.act_bits) if cross else None
     res = run_layer(cfg, layer, [Sequence(xq, kvq, causal, inp.key_len)], sim=sim,
                     seed=seed, idle=idle, backpressure=backpressure)[0]
     y = g.dequantize(res.out, s["out"])
-    y_ref = g.attention_float(cfg, fl, inp.x, inp.kv, causal=causal, kv_len=inp.key_len)
+    y_ref = g.attention_float(cfg, fl, inp.x, inp.kv, causal=causal, key_len=inp.key_len)
     num = (y * y_ref).sum(axis=1)
     den = np.linalg.norm(y, axis=1) * np.linalg.norm(y_ref, axis=1)
     cos = np.where(den > 0, num / np.where(den > 0, den, 1.0), 1.0)

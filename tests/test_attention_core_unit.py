@@ -114,7 +114,7 @@ def run_core(cfg, layer, runs, *, idle=0.0, backpressure=0.0, seed=0, max_cycles
 
 def check_outputs(cfg, layer, run, words):
     want = g.attention_int(cfg, layer, run["x"], run.get("kv"), causal=run.get("causal", False),
-                           kv_len=run.get("key_len"))
+                           key_len=run.get("key_len"))
     got = np.array(unpack_words(words, cfg.d_model))
     assert got.shape == want.shape, (got.shape, want.shape)
     np.testing.assert_array_equal(got, want)

@@ -30,7 +30,7 @@ def sequences(runs):
 def check_outputs(cfg, layer, seqs, results, what):
     assert len(results) == len(seqs)
     for i, (s, res) in enumerate(zip(seqs, results)):
-        want = g.attention_int(cfg, layer, s.x, s.kv, causal=s.causal, kv_len=s.key_len)
+        want = g.attention_int(cfg, layer, s.x, s.kv, causal=s.causal, key_len=s.key_len)
         assert res.out.shape == want.shape, f"{what} {i}: shape {res.out.shape}"
         bad = np.argwhere(res.out != want)
         assert not len(bad), (f"{what} {i}: {len(bad)} of {want.size} outputs differ, first "

@@ -51,30 +51,30 @@ def test_causal_row_ignores_later_rows(tiny_run):
 def test_key_padding_ignores_padded_rows():
     layer, x, kv = random_run(TINY, seed=5, cross=True)
     rng = np.random.default_rng(2)
-    for kv_len in (1, 3, 7):
-        y = attention_int(TINY, layer, x, kv, kv_len=kv_len)
+    for key_len in (1, 3, 7):
+        y = attention_int(TINY, layer, x, kv, key_len=key_len)
         kv2 = kv.copy()
-        kv2[kv_len:] = rng.integers(-128, 128, kv2[kv_len:].shape)
-        np.testing.assert_array_equal(attention_int(TINY, layer, x, kv2, kv_len=kv_len), y)
-        np.testing.assert_array_equal(attention_int(TINY, layer, x, kv[:kv_len]), y)
+        kv2[key_len:] = rng.integers(-128, 128, kv2[key_len:].shape)
+        np.testing.assert_array_equal(attention_int(TINY, layer, x, kv2, key_len=key_len), y)
+        np.testing.assert_array_equal(attention_int(TINY, layer, x, kv[:key_len]), y)
     # Self-attention padding too.
-    y = attention_int(TINY, layer, x, kv_len=5)
-    tr = attention_int(TINY, layer, x, kv_len=5, trace=True)
+    y = attention_int(TINY, layer, x, key_len=5)
+    tr = attention_int(TINY, layer, x, key_len=5, trace=True)
     assert np.all(tr.probs[:, :, 5:] == 0)
     np.testing.assert_array_equal(tr.out, y)
 
 
 def test_cross_attention_with_kv_equal_x_is_self_attention(tiny_run):
     layer, x = tiny_run
-    for kw in ({}, {"causal": True}, {"kv_len": 4}):
+    for kw in ({}, {"causal": True}, {"key_len": 4}):
         np.testing.assert_array_equal(attention_int(TINY, layer, x, x.copy(), **kw),
                                       attention_int(TINY, layer, x, **kw))
 
 
 def test_run_argument_errors(tiny_run):
     layer, x = tiny_run
-    with pytest.raises(ValueError, match="kv_len = 0"):
-        attention_int(TINY, layer, x, kv_len=0)
+    with pytest.raises(ValueError, match="key_len = 0"):
+        attention_int(TINY, layer, x, key_len=0)
     with pytest.raises(ValueError, match="seq_len = 9"):
         attention_int(TINY, layer, np.zeros((9, 16), np.int64))
     with pytest.raises(ValueError, match="outside -128..127"):
@@ -116,7 +116,7 @@ def test_float_reference_matches_independent_implementation(mode):
     fl = random_float_layer(cfg, rng, bias_scale=0.3)
     x = rng.normal(size=(6, cfg.d_model)) * 2
     kv = rng.normal(size=(8, cfg.d_model)) * 2 if mode == "cross" else None
-    kw = {"causal": True} if mode == "causal" else {"kv_len": 3} if mode == "padding" else {}
+    kw = {"causal": True} if mode == "causal" else {"key_len": 3} if mode == "padding" else {}
     keys = x if kv is None else kv
     mask = np.zeros((6, keys.shape[0]), bool)
     for i in range(6):
@@ -134,7 +134,7 @@ def test_float_row_without_valid_key_gives_output_bias():
     rng = np.random.default_rng(8)
     fl = random_float_layer(cfg, rng)
     x = rng.normal(size=(3, cfg.d_model))
-    out, mid = attention_float(cfg, fl, x, kv_len=0, return_intermediates=True)
+    out, mid = attention_float(cfg, fl, x, key_len=0, return_intermediates=True)
     assert np.all(mid["attn"] == 0)
     np.testing.assert_array_equal(out, np.broadcast_to(fl.bo, out.shape))
 
@@ -168,7 +168,7 @@ def test_quantize_layer_takes_sequences_of_any_lengths():
     assert q.scales["x"] == pytest.approx(max(np.abs(s).max() for s in seqs) / 127)
     # Cross-attention: one kv sequence of its own length per x sequence.
     kvs = [rng.normal(size=(n, cfg.d_model)) for n in (5, 1, 40)]
-    qc = quantize_layer(cfg, fl, seqs, kvs, kv_len=[5, 1, 20])
+    qc = quantize_layer(cfg, fl, seqs, kvs, key_len=[5, 1, 20])
     assert qc.scales["kv"] == pytest.approx(max(np.abs(k).max() for k in kvs) / 127)
     with pytest.raises(ValueError, match=r"calib_x sequence 1 has shape \(64, 5\): expected "
                                          r"\(rows, 128\)"):

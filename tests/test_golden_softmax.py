@@ -69,9 +69,9 @@ def test_most_negative_scores_and_extreme_multipliers_stay_exact():
 def test_masked_scores_give_exactly_zero_whatever_their_value():
     cfg = DEFAULT
     rng = np.random.default_rng(5)
-    kv_len = cfg.max_kv_len * 3 // 4      # padded keys as well as causally masked ones
+    key_len = cfg.max_kv_len * 3 // 4      # padded keys as well as causally masked ones
     s = rng.integers(-5000, 5000, (64, cfg.max_kv_len))
-    valid = attention_mask(64, cfg.max_kv_len, causal=True, kv_len=kv_len)
+    valid = attention_mask(64, cfg.max_kv_len, causal=True, key_len=key_len)
     # Masked scores larger than every valid one must not move the row max.
     s_big = np.where(valid, s, smax(cfg))
     p = probs(cfg, s, valid=valid)
@@ -79,7 +79,7 @@ def test_masked_scores_give_exactly_zero_whatever_their_value():
     np.testing.assert_array_equal(probs(cfg, s_big, valid=valid), p)
     # Equal to the softmax of the valid prefix alone.
     for i in (0, 7, 63):
-        n = min(i + 1, kv_len)
+        n = min(i + 1, key_len)
         np.testing.assert_array_equal(p[i, :n], probs(cfg, s[i:i + 1, :n])[0])
 
 

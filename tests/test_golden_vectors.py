@@ -54,7 +54,7 @@ def test_load_hex_accepts_readmemh_comments_and_underscores(tmp_path):
 @pytest.mark.parametrize("mode", ["plain", "causal_padded", "cross"])
 def test_export_round_trip_reproduces_golden(tmp_path, mode):
     layer, x, kv = random_run(TINY, seed=3, seq_len=6, cross=mode == "cross")
-    kw = {"causal": True, "kv_len": 4} if mode == "causal_padded" else {}
+    kw = {"causal": True, "key_len": 4} if mode == "causal_padded" else {}
     man = export_vectors(TINY, layer, x, kv, out_dir=tmp_path, **kw)
     assert man == json.loads((tmp_path / "manifest.json").read_text())
     npz = np.load(tmp_path / "vectors.npz")
@@ -73,7 +73,7 @@ def test_export_round_trip_reproduces_golden(tmp_path, mode):
                                        else 6], "bits": 8, "signed": False}
     # Rebuilding the run from the files alone gives the same output.
     again = export_vectors(TINY, layer, npz["x"], npz["kv"] if kv is not None else None,
-                           bool(npz["causal"]), int(npz["kv_len"]), out_dir=tmp_path / "again")
+                           bool(npz["causal"]), int(npz["key_len"]), out_dir=tmp_path / "again")
     assert (tmp_path / "again" / "out.hex").read_text() == (tmp_path / "out.hex").read_text()
     assert again == man
 

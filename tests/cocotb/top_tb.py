@@ -31,7 +31,7 @@ def driver(dut, seed_offset=0):
 
 def expect(run):
     return g.attention_int(CFG, LAYER, run["x"], run.get("kv"), causal=run["causal"],
-                           kv_len=run["key_len"])
+                           key_len=run["key_len"])
 
 
 def check(res, run, what):
