@@ -444,14 +444,14 @@ def _plot_real_model(rm: dict, path: Path) -> None:
         w = 0.8 / len(ests)
         worst = [rm["layers"][n][est]["cosine_min"] for n in layers]
         mean = [rm["layers"][n][est]["cosine_mean"] for n in layers]
-        ax.bar(x + j * w, worst, w, label=f"worst row, {est}")
+        ax.bar(x + j * w, worst, w, label=f"worst row: {est}")
         ax.scatter(x + j * w, mean, color="k", marker="_", s=200,
                    label="mean row" if j == 0 else None)
     ax.set_xticks(x + 0.4 - 0.4 / len(ests), [f"layer {n}" for n in layers])
     lowest = min(r["cosine_min"] for per in rm["layers"].values() for r in per.values())
     ax.set_ylim(max(0.0, math.floor((lowest - 0.05) * 20) / 20), 1.0)
     ax.set_ylabel("row cosine against float64")
-    ax.set_title("all-MiniLM-L6-v2 attention layers, int8 per-tensor, real sentences")
+    ax.set_title("all-MiniLM-L6-v2 attention layers on real sentences")
     ax.legend(loc="lower left", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

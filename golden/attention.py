@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .config import AttentionConfig
-from .fixed import Requant, as_int64, matmul_acc, requantize
+from .fixed import Requant, as_int64, is_per_channel, matmul_acc, requantize
 from .online_softmax import attend_tiled, tiled_format
 from .softmax import attention_mask, softmax_int
 
@@ -77,21 +77,31 @@ class QuantizedLayer:
         mlim = (1 << cfg.requant_mult_bits) - 1
         for n in self.REQUANTS:
             rq = getattr(self, n)
-            if not 0 <= rq.mult <= mlim:
-                raise ValueError(f"{n}.mult = {rq.mult} is out of range: allowed 0..{mlim}")
+            mult = np.atleast_1d(rq.mult)
+            if is_per_channel(rq) and (n == "rq_pv" or mult.shape != (d,)):
+                raise ValueError(f"{n} is per-channel with {mult.size} multipliers: only the "
+                                 f"projections (rq_q, rq_k, rq_v, rq_o) may be, with {d}")
+            if mult.size and (mult.min() < 0 or mult.max() > mlim):
+                raise ValueError(f"{n}.mult = {mult.max() if mult.max() > mlim else mult.min()} "
+                                 f"is out of range: allowed 0..{mlim}")
         elim = (1 << cfg.exp_mult_bits) - 1
         if not 0 <= self.exp_mult <= elim:
             raise ValueError(f"exp_mult = {self.exp_mult} is out of range: allowed 0..{elim}")
         if not 1 <= self.exp_shift <= 62:
             raise ValueError(f"exp_shift = {self.exp_shift} is out of range: allowed 1..62")
 
+    @property
+    def per_channel(self) -> bool:
+        """Whether any projection requantizes per output channel."""
+        return any(is_per_channel(getattr(self, n)) for n in self.REQUANTS)
+
     def arrays(self) -> dict:
         """Flat dict of every integer parameter (for .npz export)."""
         out = {n: as_int64(getattr(self, n)) for n in self.WEIGHTS + self.BIASES}
         for n in self.REQUANTS:
             rq = getattr(self, n)
-            out[f"{n}_mult"] = np.int64(rq.mult)
-            out[f"{n}_shift"] = np.int64(rq.shift)
+            out[f"{n}_mult"] = as_int64(rq.mult)
+            out[f"{n}_shift"] = as_int64(rq.shift)
         out["exp_mult"] = np.int64(self.exp_mult)
         out["exp_shift"] = np.int64(self.exp_shift)
         return out

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Requant", "round_shift", "requantize", "saturate", "matmul_acc", "as_int64"]
+__all__ = ["Requant", "ChannelRequant", "is_per_channel", "round_shift", "requantize",
+           "saturate", "matmul_acc", "as_int64"]
 
 
 def as_int64(a) -> np.ndarray:
@@ -93,8 +94,39 @@ class Requant:
         return {"mult": self.mult, "shift": self.shift}
 
 
-def requantize(acc, rq: Requant, bits: int = 8) -> np.ndarray:
-    """Scale an accumulator by ``rq`` with round-half-up and saturate to signed ``bits``."""
+@dataclass(frozen=True, eq=False)
+class ChannelRequant:
+    """One :class:`Requant` per output channel (the last axis of the accumulator): per-channel
+    weight scales give every output column its own real multiplier."""
+
+    mult: np.ndarray     # int64, one per channel
+    shift: np.ndarray    # int64, one per channel, 1..62
+
+    @classmethod
+    def of(cls, rqs) -> "ChannelRequant":
+        return cls(np.array([r.mult for r in rqs], dtype=np.int64),
+                   np.array([r.shift for r in rqs], dtype=np.int64))
+
+    @classmethod
+    def from_real(cls, m, mult_bits: int, *, what: str = "multiplier") -> "ChannelRequant":
+        return cls.of([Requant.from_real(float(x), mult_bits, what=f"{what}[{i}]")
+                       for i, x in enumerate(np.asarray(m, dtype=np.float64))])
+
+    @property
+    def real(self) -> np.ndarray:
+        return self.mult * 2.0 ** -self.shift.astype(np.float64)
+
+    def to_dict(self) -> dict:
+        return {"mult": self.mult.tolist(), "shift": self.shift.tolist()}
+
+
+def is_per_channel(rq) -> bool:
+    return isinstance(rq, ChannelRequant)
+
+
+def requantize(acc, rq, bits: int = 8) -> np.ndarray:
+    """Scale an accumulator by ``rq`` (a :class:`Requant`, or a :class:`ChannelRequant` along
+    the last axis) with round-half-up and saturate to signed ``bits``."""
     return saturate(round_shift(as_int64(acc) * rq.mult, rq.shift), bits)
 
 

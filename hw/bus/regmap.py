@@ -448,6 +448,10 @@ def pack_window(rmap: RegisterMap, layer) -> list[int]:
 def param_values(rmap: RegisterMap, layer) -> dict[str, int]:
     """Register name -> value of every requantization/exponent parameter of ``layer``."""
     out = {}
+    if getattr(layer, "per_channel", False):
+        raise ValueError("the layer requantizes per output channel; the hardware has one "
+                         "multiplier and shift per projection (quantize with weight_scales "
+                         "= 'tensor')")
     for stage in ("q", "k", "v", "pv", "o"):
         rq = getattr(layer, f"rq_{stage}")
         out[f"RQ_{stage.upper()}_MULT"] = int(rq.mult)
