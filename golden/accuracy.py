@@ -1,6 +1,6 @@
 """Accuracy of the golden integer model against float64.
 
-Four measurements (``python -m hw accuracy --out build/accuracy``, i.e. ``make accuracy``):
+Five measurements (``python -m hw accuracy --out build/accuracy``, i.e. ``make accuracy``):
 
 Softmax
     :func:`softmax_int` against the float64 softmax of the *same integer scores* at the real
@@ -14,6 +14,8 @@ Layer
     weights, quantized on calibration data and run on fresh test data, per shipped config and
     mode (plain, causal, key padding, cross-attention).
 
+Additive scoring and positional encodings
+    the tanh unit over every argument code, and whole layers per scoring/encoding mode.
 Real model
     the six attention layers of all-MiniLM-L6-v2 on real sentences (:mod:`golden.real_model`).
 Tiled path
@@ -39,6 +41,8 @@ from .quantize import dequantize, quantize_layer, quantize_tensor
 from .reference import attention_float, random_float_layer, softmax_float
 from .attention import attention_int
 from .softmax import softmax_int
+from .additive import (TANH_ARG_FRAC, TANH_ARG_MAX, TANH_BITS, TANH_TABLE_SIZE, tanh_int)
+from .posenc import encoding_float
 from .tiled_accuracy import TILED_TARGETS, tiled_accuracy
 
 __all__ = [
@@ -329,6 +333,8 @@ TILED_LAYER_TILE = {"tiny": 4, "default": 16}
 # row, and no more than 1e-4 (a hundredth of the gap between the paths' typical means) on
 # the mean cosine of any mode.
 TILED_WORST_ROW_NOISE = 0.002
+# Additive scoring and encodings: (test sequences, calibration sequences) per configuration.
+ADDITIVE_SEQUENCES = {"tiny": (32, 64), "default": (8, 32)}
 TILED_MEAN_NOISE = 1e-4
 
 
@@ -356,6 +362,54 @@ def tiled_report(cfgs: dict, seed: int, layer_sequences: dict,
     return {"attention": attn, "attention_targets": TILED_TARGETS,
             "attention_head_dim": cfgs["default"].head_dim, "layer": layers,
             "seconds": round(time.perf_counter() - t0, 2)}
+
+
+def tanh_unit_accuracy() -> dict:
+    """The tanh unit over every argument code (past saturation too), in output LSB."""
+    lim = TANH_ARG_MAX << TANH_ARG_FRAC
+    a = np.arange(-lim - 1024, lim + 1024)
+    top = (1 << TANH_BITS) - 1
+    ref = np.tanh(a / 2.0 ** TANH_ARG_FRAC) * 2 ** TANH_BITS
+    t = tanh_int(a)
+    err = np.abs(t - np.clip(ref, -top, top))
+    return {"codes": int(a.size), "max_err_lsb": float(err.max()),
+            "mean_abs_err_lsb": float(err.mean()),
+            "correctly_rounded_pct": float(100 * np.mean(
+                t == np.clip(np.floor(ref + 0.5), -top, top))),
+            "format": f"argument S4.{TANH_ARG_FRAC}, output S0.{TANH_BITS}, "
+                      f"{TANH_TABLE_SIZE + 1}-entry table"}
+
+
+# Scoring and encoding modes of the whole-layer comparison: (quantize_layer options,
+# attention_int options, attention_float options as a function of (rows, d_model)).
+SCORING_MODES = {
+    "dot product": ({}, {}, lambda n, d: {}),
+    "additive": ({"scoring": "additive"}, {}, lambda n, d: {"scoring": "additive"}),
+    "sinusoidal 1-D encoding": ({"pos_enc": ("1d", None)}, {"pos_enc": "1d"},
+                                lambda n, d: {"pos_enc": encoding_float(n, d, "1d")}),
+    "2-D encoding (grid width 4)": ({"pos_enc": ("2d", 4)}, {"pos_enc": "2d", "grid_width": 4},
+                                    lambda n, d: {"pos_enc": encoding_float(n, d, "2d", 0, 4)}),
+}
+
+
+def scoring_accuracy(cfg: AttentionConfig, seed: int, sequences: int,
+                     calib_sequences: int) -> dict:
+    """Worst and mean row cosine against float64 per scoring/encoding mode: the same float
+    layer (with additive vectors), each mode calibrated on its own."""
+    rng = np.random.default_rng(seed)
+    fl = random_float_layer(cfg, rng, additive=True)
+    n, d = cfg.max_seq_len, cfg.d_model
+    calib = rng.normal(size=(calib_sequences, n, d))
+    tests = rng.normal(size=(sequences, n, d))
+    out = {}
+    for mode, (qkw, rkw, fkw) in SCORING_MODES.items():
+        ql = quantize_layer(cfg, fl, calib, **qkw)
+        cos = np.concatenate([_cosines(
+            dequantize(attention_int(cfg, ql, quantize_tensor(x, ql.scales["x"], cfg.act_bits),
+                                     **rkw), ql.scales["out"]),
+            attention_float(cfg, fl, x, **fkw(n, d))) for x in tests])
+        out[mode] = {"cosine_min": float(cos.min()), "cosine_mean": float(cos.mean())}
+    return out
 
 
 def check_bounds(report: dict) -> list[str]:
@@ -498,6 +552,10 @@ def run(out_dir: Path, rows_per_case: int = 400, seed: int = 0,
     report["layer_cosine_min"] = min(r["layer_cosine_min"] for r in layers.values())
     report["layer_max_abs_err"] = max(r["layer_max_abs_err"] for r in layers.values())
     report["layer_rel_err"] = max(r["layer_rel_err"] for r in layers.values())
+    report["additive_and_encodings"] = {
+        "tanh_unit": tanh_unit_accuracy(),
+        "layer": {name: scoring_accuracy(cfgs[name], seed, *ADDITIVE_SEQUENCES[name])
+                  for name in ADDITIVE_SEQUENCES if name in cfgs}}
     if real_model:
         from .real_model import real_model_accuracy
         report["real_model"] = real_model_accuracy()

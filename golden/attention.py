@@ -21,7 +21,9 @@ import numpy as np
 
 from .config import AttentionConfig
 from .fixed import Requant, as_int64, is_per_channel, matmul_acc, requantize
+from .additive import additive_scores
 from .online_softmax import attend_tiled, tiled_format
+from .posenc import add_encoding, encoding_int
 from .softmax import attention_mask, softmax_int
 
 __all__ = ["QuantizedLayer", "attention_int", "AttentionTrace", "check_run_args"]
@@ -52,6 +54,17 @@ class QuantizedLayer:
     exp_mult: int
     exp_shift: int
     scales: dict = field(default_factory=dict)
+    # Additive scoring (golden/additive.py): the layer was quantized for it (Q and K share a
+    # scale, exp_mult/exp_shift convert additive scores), wa (heads, head_dim) int8 vectors,
+    # and the multiplier from q + k to the tanh argument.
+    scoring: str = "dot"
+    wa: np.ndarray | None = None
+    tanh_mult: int = 0
+    tanh_shift: int = 1
+    # Positional encoding (golden/posenc.py): code * pe_mult 2**-pe_shift in x's units
+    # (pe_mult 0: the layer was not calibrated with an encoding).
+    pe_mult: int = 0
+    pe_shift: int = 1
 
     WEIGHTS = ("wq", "wk", "wv", "wo")
     BIASES = ("bq", "bk", "bv", "bo")
@@ -84,6 +97,21 @@ class QuantizedLayer:
             if mult.size and (mult.min() < 0 or mult.max() > mlim):
                 raise ValueError(f"{n}.mult = {mult.max() if mult.max() > mlim else mult.min()} "
                                  f"is out of range: allowed 0..{mlim}")
+        if self.scoring not in ("dot", "additive"):
+            raise ValueError(f"scoring = {self.scoring!r} is not one of dot, additive")
+        if self.scoring == "additive":
+            hd = (cfg.heads, cfg.head_dim)
+            if self.wa is None or np.shape(self.wa) != hd:
+                raise ValueError(f"wa has shape {np.shape(self.wa)}: expected {hd} for additive "
+                                 f"scoring")
+            if self.wa.size and (self.wa.min() < -wlim or self.wa.max() > wlim - 1):
+                raise ValueError(f"wa holds values outside -{wlim}..{wlim - 1}")
+        for n in ("tanh", "pe"):
+            mult, shift = getattr(self, f"{n}_mult"), getattr(self, f"{n}_shift")
+            if not 0 <= mult <= mlim:
+                raise ValueError(f"{n}_mult = {mult} is out of range: allowed 0..{mlim}")
+            if not 1 <= shift <= 62:
+                raise ValueError(f"{n}_shift = {shift} is out of range: allowed 1..62")
         elim = (1 << cfg.exp_mult_bits) - 1
         if not 0 <= self.exp_mult <= elim:
             raise ValueError(f"exp_mult = {self.exp_mult} is out of range: allowed 0..{elim}")
@@ -157,18 +185,30 @@ def check_run_args(cfg: AttentionConfig, x, kv, causal: bool, key_len) -> tuple:
 
 def attention_int(cfg: AttentionConfig, layer: QuantizedLayer, x, kv=None, *,
                   causal: bool = False, key_len: int | None = None,
-                  kv_tile: int | None = None, trace: bool = False):
+                  kv_tile: int | None = None, pos_enc: str = "off", pe_offset: int = 0,
+                  grid_width: int | None = None, trace: bool = False):
     """Run the integer layer on int8 ``x`` (seq_len, d_model).
 
     ``kv`` (kv_rows, d_model) is the cross-attention input (default: ``x``). ``key_len`` keeps
     only the first ``key_len`` keys (key padding). ``causal`` masks key j > query i.
     ``kv_tile`` selects the key/value-tiled path with that many keys per tile
     (:mod:`golden.online_softmax`; its trace has no probabilities); ``None`` is the
-    whole-row path the hardware implements.
+    whole-row path the hardware implements. ``pos_enc`` ("off", "1d", "2d" with
+    ``grid_width``) adds the positional encoding of positions ``pe_offset ..`` to ``x`` (after
+    its input, before the projections; a cross-attention ``kv`` gets none). The layer's
+    ``scoring`` chooses dot-product or additive scores.
     Returns the int8 output (seq_len, d_model), or an :class:`AttentionTrace` with ``trace``.
     """
+    self_attention = kv is None
     x, kv, key_len = check_run_args(cfg, x, kv, causal, key_len)
     A, acc = cfg.act_bits, cfg.acc_bits
+    if pos_enc != "off":
+        if not layer.pe_mult:
+            raise ValueError("positional encoding requested but the layer was quantized without "
+                             "one (pe_mult = 0)")
+        codes = encoding_int(x.shape[0], cfg.d_model, pos_enc, pe_offset, grid_width)
+        x = add_encoding(x, codes, layer.pe_mult, layer.pe_shift, A)
+        kv = x if self_attention else kv
     q = requantize(matmul_acc(x, layer.wq.T, layer.bq, acc), layer.rq_q, A)
     k = requantize(matmul_acc(kv, layer.wk.T, layer.bk, acc), layer.rq_k, A)
     v = requantize(matmul_acc(kv, layer.wv.T, layer.bv, acc), layer.rq_v, A)
@@ -181,7 +221,11 @@ def attention_int(cfg: AttentionConfig, layer: QuantizedLayer, x, kv=None, *,
     fmt = None if kv_tile is None else tiled_format(cfg, kv_tile)
     for h in range(H):
         cols = slice(h * dk, (h + 1) * dk)
-        scores[h] = matmul_acc(q[:, cols], k[:, cols].T, None, acc)
+        if layer.scoring == "additive":
+            scores[h] = additive_scores(q[:, cols], k[:, cols], layer.wa[h], layer.tanh_mult,
+                                        layer.tanh_shift)
+        else:
+            scores[h] = matmul_acc(q[:, cols], k[:, cols].T, None, acc)
         if fmt is not None:
             attn[:, cols] = attend_tiled(cfg, scores[h], v[:, cols], valid, layer.exp_mult,
                                          layer.exp_shift, layer.rq_pv, fmt)

@@ -14,7 +14,9 @@ import numpy as np
 
 from .attention import QuantizedLayer
 from .config import AttentionConfig
+from .additive import TANH_ARG_FRAC, TANH_BITS
 from .fixed import ChannelRequant, Requant
+from .posenc import PE_BITS, encoding_float
 from .reference import FloatLayer, attention_float
 
 __all__ = ["RANGE_ESTIMATORS", "WEIGHT_SCALES", "quantize_tensor", "symmetric_scale", "quantize_layer",
@@ -72,7 +74,8 @@ def _sequences(calib, d_model: int, name: str) -> list[np.ndarray]:
 def quantize_layer(cfg: AttentionConfig, layer: FloatLayer, calib_x, calib_kv=None, *,
                    causal: bool = False, key_len=None, estimator: str = "max",
                    percentile: float = DEFAULT_PERCENTILE,
-                   weight_scales: str = "tensor") -> QuantizedLayer:
+                   weight_scales: str = "tensor", scoring: str = "dot",
+                   pos_enc: tuple | None = None) -> QuantizedLayer:
     """Quantize ``layer`` for ``cfg`` using calibration activations ``calib_x`` and, for
     cross-attention, ``calib_kv``.
 
@@ -88,6 +91,13 @@ def quantize_layer(cfg: AttentionConfig, layer: FloatLayer, calib_x, calib_kv=No
     ``weight_scales`` is ``"tensor"`` (one scale per weight matrix, the hardware's) or
     ``"channel"`` (one per output channel, i.e. per row of the ``(out, in)`` matrix: each
     projection then requantizes with a :class:`ChannelRequant`; golden model only).
+
+    ``scoring="additive"`` quantizes for additive scores (``layer.wa`` needed): Q and K share
+    the larger of their scales, so ``q + k`` is exact, and the tanh argument and the score's
+    exponent multiplier follow (golden/additive.py). ``pos_enc`` (``("1d", None)`` or
+    ``("2d", grid_width)``) calibrates with the positional encoding added to every
+    calibration sequence from position 0: ``s_x`` then covers ``x + p``, and ``pe_mult`` /
+    ``pe_shift`` bring the encoding's codes to that scale.
     """
     if weight_scales not in WEIGHT_SCALES:
         raise ValueError(f"weight_scales = {weight_scales!r} is not one of "
@@ -99,19 +109,28 @@ def quantize_layer(cfg: AttentionConfig, layer: FloatLayer, calib_x, calib_kv=No
     pct = percentile if estimator == "percentile" else None
     A, Wb, M = cfg.act_bits, cfg.weight_bits, cfg.requant_mult_bits
     x = _sequences(calib_x, cfg.d_model, "calib_x")
+    if pos_enc is not None:
+        mode, grid = pos_enc
+        x = [xs + encoding_float(len(xs), cfg.d_model, mode, 0, grid) for xs in x]
     kv = x if calib_kv is None else _sequences(calib_kv, cfg.d_model, "calib_kv")
     if len(kv) != len(x):
         raise ValueError(f"calib_x has {len(x)} sequences and calib_kv {len(kv)}: expected "
                          f"one kv sequence per x sequence")
     lens = [len(k) for k in kv] if key_len is None else \
         [int(n) for n in np.broadcast_to(np.asarray(key_len), (len(x),))]
-    runs = [attention_float(cfg, layer, xs, kvs, causal=causal, key_len=n,
+    runs = [attention_float(cfg, layer, xs, kvs, causal=causal, key_len=n, scoring=scoring,
                             return_intermediates=True) for xs, kvs, n in zip(x, kv, lens)]
     out = np.concatenate([r[0] for r in runs])
     mid = {n: np.concatenate([r[1][n] for r in runs]) for n in ("q", "k", "v", "attn")}
     x, kv = np.concatenate(x), np.concatenate(kv)
+    if scoring not in ("dot", "additive"):
+        raise ValueError(f"scoring = {scoring!r} is not one of dot, additive")
+    if scoring == "additive" and layer.wa is None:
+        raise ValueError("additive scoring needs the float layer's wa vectors")
 
     s = {"x": symmetric_scale(x, A, pct), "kv": symmetric_scale(kv, A, pct)}
+    if scoring == "additive":
+        s["wa"] = symmetric_scale(layer.wa, Wb)
     if calib_kv is None:
         s["kv"] = s["x"]
     for n in ("wq", "wk", "wv", "wo"):
@@ -120,6 +139,8 @@ def quantize_layer(cfg: AttentionConfig, layer: FloatLayer, calib_x, calib_kv=No
             np.array([symmetric_scale(row, Wb) for row in wt])
     for n in ("q", "k", "v", "attn"):
         s[n] = symmetric_scale(mid[n], A, pct)
+    if scoring == "additive":
+        s["q"] = s["k"] = max(s["q"], s["k"])
     s["out"] = symmetric_scale(out, A, pct)
 
     blim = cfg.projection_bias_limit
@@ -137,8 +158,19 @@ def quantize_layer(cfg: AttentionConfig, layer: FloatLayer, calib_x, calib_kv=No
     rq = {f"rq_{t}": requant(s[ins[t]] * s[f"w{t}"] / s[t], M, what=f"rq_{t}") for t in "qkv"}
     rq["rq_pv"] = Requant.from_real(2.0 ** -cfg.prob_bits * s["v"] / s["attn"], M, what="rq_pv")
     rq["rq_o"] = requant(s["attn"] * s["wo"] / s["out"], M, what="rq_o")
-    c = s["q"] * s["k"] * math.log2(math.e) / math.sqrt(cfg.head_dim) * 2 ** cfg.exp_frac_bits
+    extra = {}
+    if scoring == "additive":
+        c = s["wa"] * 2.0 ** -TANH_BITS * math.log2(math.e) * 2 ** cfg.exp_frac_bits
+        tm = Requant.from_real(s["q"] * 2 ** TANH_ARG_FRAC, M, what="tanh argument multiplier")
+        extra = {"scoring": "additive", "tanh_mult": tm.mult, "tanh_shift": tm.shift,
+                 "wa": quantize_tensor(layer.wa, s["wa"], Wb)}
+    else:
+        c = s["q"] * s["k"] * math.log2(math.e) / math.sqrt(cfg.head_dim) * 2 ** cfg.exp_frac_bits
+    if pos_enc is not None:
+        pm = Requant.from_real(2.0 ** -PE_BITS / s["x"], M, what="positional encoding multiplier")
+        extra.update(pe_mult=pm.mult, pe_shift=pm.shift)
     ex = Requant.from_real(c, cfg.exp_mult_bits, what="score-to-exponent multiplier")
-    layer_q = QuantizedLayer(**w, **b, **rq, exp_mult=ex.mult, exp_shift=ex.shift, scales=s)
+    layer_q = QuantizedLayer(**w, **b, **rq, exp_mult=ex.mult, exp_shift=ex.shift, scales=s,
+                             **extra)
     layer_q.check(cfg)
     return layer_q

@@ -36,6 +36,8 @@ class FloatLayer:
     bk: np.ndarray
     bv: np.ndarray
     bo: np.ndarray
+    # Additive scoring's vectors, one per head (heads, head_dim); None: dot-product only.
+    wa: np.ndarray | None = None
 
 
 def softmax_float(scores, valid=None) -> np.ndarray:
@@ -53,11 +55,25 @@ def softmax_float(scores, valid=None) -> np.ndarray:
 
 def attention_float(cfg: AttentionConfig, layer: FloatLayer, x, kv=None, *,
                     causal: bool = False, key_len: int | None = None,
+                    scoring: str = "dot", pos_enc=None,
                     return_intermediates: bool = False):
     """Float64 layer output (seq_len, d_model); with ``return_intermediates`` also a dict of
-    ``q``, ``k``, ``v``, ``attn`` (heads concatenated, before the output projection)."""
+    ``q``, ``k``, ``v``, ``attn`` (heads concatenated, before the output projection).
+
+    ``scoring="additive"`` scores ``w_h . tanh(q_i + k_j)`` with ``layer.wa[h]`` (Bahdanau;
+    no 1/sqrt(d_k)). ``pos_enc`` (seq_len, d_model), e.g. from
+    :func:`golden.posenc.encoding_float`, is added to ``x`` before the projections (not to a
+    cross-attention ``kv``)."""
     x = np.asarray(x, dtype=np.float64)
+    if pos_enc is not None:
+        kv_self = kv is None
+        x = x + np.asarray(pos_enc, dtype=np.float64)
+        kv = x if kv_self else kv
     kv = x if kv is None else np.asarray(kv, dtype=np.float64)
+    if scoring not in ("dot", "additive"):
+        raise ValueError(f"scoring = {scoring!r} is not one of dot, additive")
+    if scoring == "additive" and layer.wa is None:
+        raise ValueError("additive scoring needs the layer's wa vectors (heads, head_dim)")
     q = x @ layer.wq.T + layer.bq
     k = kv @ layer.wk.T + layer.bk
     v = kv @ layer.wv.T + layer.bv
@@ -66,7 +82,11 @@ def attention_float(cfg: AttentionConfig, layer: FloatLayer, x, kv=None, *,
     attn = np.empty((x.shape[0], cfg.d_model))
     for h in range(cfg.heads):
         c = slice(h * dk, (h + 1) * dk)
-        p = softmax_float(q[:, c] @ k[:, c].T / np.sqrt(dk), valid)
+        if scoring == "additive":
+            s = np.tanh(q[:, None, c] + k[None, :, c]) @ layer.wa[h]
+        else:
+            s = q[:, c] @ k[:, c].T / np.sqrt(dk)
+        p = softmax_float(s, valid)
         attn[:, c] = p @ v[:, c]
     out = attn @ layer.wo.T + layer.bo
     if return_intermediates:
@@ -75,10 +95,16 @@ def attention_float(cfg: AttentionConfig, layer: FloatLayer, x, kv=None, *,
 
 
 def random_float_layer(cfg: AttentionConfig, rng: np.random.Generator,
-                       bias_scale: float = 0.02) -> FloatLayer:
-    """Xavier-uniform weights (torch's MHA initialisation) and small random biases."""
+                       bias_scale: float = 0.02, additive: bool = False) -> FloatLayer:
+    """Xavier-uniform weights (torch's MHA initialisation) and small random biases; with
+    ``additive`` also the additive-scoring vectors (drawn last, so the other weights are the
+    same for the same generator state)."""
     d = cfg.d_model
     bound = np.sqrt(6.0 / (2 * d))
     w = {n: rng.uniform(-bound, bound, (d, d)) for n in ("wq", "wk", "wv", "wo")}
     b = {n: rng.normal(0.0, bias_scale, d) for n in ("bq", "bk", "bv", "bo")}
-    return FloatLayer(**w, **b)
+    if not additive:
+        return FloatLayer(**w, **b)
+    # Additive vectors: uniform like a Linear(head_dim, 1) (torch's default initialisation).
+    wa = rng.uniform(-1.0, 1.0, (cfg.heads, cfg.head_dim)) / np.sqrt(cfg.head_dim)
+    return FloatLayer(**w, **b, wa=wa)

@@ -218,6 +218,13 @@ def cmd_accuracy(args) -> int:
         print(f"tiled layer {name} (kv_tile {r['kv_tile']}): cosine min "
               f"{r['tiled']['layer_cosine_min']:.4f}, whole-row path "
               f"{r['rows']['layer_cosine_min']:.4f}")
+    ae = rep["additive_and_encodings"]
+    tu = ae["tanh_unit"]
+    print(f"tanh unit ({tu['format']}), {tu['codes']} codes: max err {tu['max_err_lsb']:.3f} "
+          f"LSB, correctly rounded {tu['correctly_rounded_pct']:.2f} %")
+    for name, modes in ae["layer"].items():
+        print(f"layer {name} by mode: " + ", ".join(
+            f"{m} {r['cosine_min']:.4f}" for m, r in modes.items()))
     for n, per in rep.get("real_model", {}).get("layers", {}).items():
         print(f"all-MiniLM-L6-v2 layer {n}: " + ", ".join(
             f"{est}: worst {r['cosine_min']:.4f} mean {r['cosine_mean']:.4f}"

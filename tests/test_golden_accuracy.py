@@ -77,6 +77,10 @@ def test_run_writes_json_and_plot(tmp_path):
     assert set(data["tiled"]["attention"]) == {"16", "40"}
     assert set(data["tiled"]["attention"]["40"]) == {"16", "64", "256", "rows", "seconds"}
     assert set(data["tiled"]["layer"]) == {"tiny", "default"}
+    ae = data["additive_and_encodings"]
+    assert ae["tanh_unit"]["max_err_lsb"] <= 1.0
+    assert set(ae["layer"]["default"]) == {"dot product", "additive", "sinusoidal 1-D encoding",
+                                           "2-D encoding (grid width 4)"}
     # The headline layer figures are the worst over every configuration.
     assert data["layer_cosine_min"] == min(r["layer_cosine_min"] for r in data["layer"].values())
     assert data["layer_max_abs_err"] == max(r["layer_max_abs_err"]
