@@ -100,6 +100,9 @@ class QuantizedLayer:
         if self.scoring not in ("dot", "additive"):
             raise ValueError(f"scoring = {self.scoring!r} is not one of dot, additive")
         if self.scoring == "additive":
+            if not self.tanh_mult:
+                raise ValueError("tanh_mult = 0: an additive layer needs the tanh argument's "
+                                 "multiplier")
             hd = (cfg.heads, cfg.head_dim)
             if self.wa is None or np.shape(self.wa) != hd:
                 raise ValueError(f"wa has shape {np.shape(self.wa)}: expected {hd} for additive "
@@ -132,6 +135,13 @@ class QuantizedLayer:
             out[f"{n}_shift"] = as_int64(rq.shift)
         out["exp_mult"] = np.int64(self.exp_mult)
         out["exp_shift"] = np.int64(self.exp_shift)
+        if self.scoring == "additive":
+            out["wa"] = as_int64(self.wa)
+            out["tanh_mult"] = np.int64(self.tanh_mult)
+            out["tanh_shift"] = np.int64(self.tanh_shift)
+        if self.pe_mult:
+            out["pe_mult"] = np.int64(self.pe_mult)
+            out["pe_shift"] = np.int64(self.pe_shift)
         return out
 
 

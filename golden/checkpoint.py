@@ -22,6 +22,7 @@ layers and no index, a wrong shape, a dtype NumPy cannot hold) raises
 from __future__ import annotations
 
 import re
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,7 +78,7 @@ def read_tensors(path) -> dict:
         try:
             with np.load(path, allow_pickle=False) as f:
                 return {k: f[k] for k in f.files}
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
             raise CheckpointError(f"checkpoint {path} is not a readable .npz: {e}") from None
     if path.suffix == ".safetensors":
         from safetensors import SafetensorError
@@ -95,7 +96,8 @@ def read_tensors(path) -> dict:
 
 
 _SAFETENSORS_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4",
-                       "I16": "<i2", "I8": "i1", "U8": "u1", "BF16": "<u2"}
+                       "I16": "<i2", "I8": "i1", "U8": "u1", "U16": "<u2", "U32": "<u4",
+                       "U64": "<u8", "BOOL": "?", "BF16": "<u2"}
 
 
 def _read_safetensors_widening(path: Path) -> dict:
@@ -115,8 +117,7 @@ def _read_safetensors_widening(path: Path) -> dict:
             if name == "__metadata__":
                 continue
             if t["dtype"] not in _SAFETENSORS_DTYPES:
-                raise CheckpointError(f"checkpoint {path}: {name} has dtype {t['dtype']}; "
-                                      f"allowed {', '.join(_SAFETENSORS_DTYPES)}")
+                continue        # e.g. float8: fine unless the layer needs it (then "lacks")
             lo, hi = t["data_offsets"]
             a = np.frombuffer(data[lo:hi], dtype=_SAFETENSORS_DTYPES[t["dtype"]])
             if t["dtype"] == "BF16":
@@ -144,7 +145,8 @@ def _candidates(tensors: dict) -> list[tuple[str, str]]:
     return found
 
 
-def _choose(tensors: dict, path, layer_index: int | None) -> tuple[str, str]:
+def _choose(tensors: dict, path, layer_index: int | None,
+            prefix: str | None = None) -> tuple[str, str]:
     cands = _candidates(tensors)
     if not cands:
         raise CheckpointError(
@@ -155,20 +157,31 @@ def _choose(tensors: dict, path, layer_index: int | None) -> tuple[str, str]:
     if len(namings) > 1:
         raise CheckpointError(f"{path}: holds layers in more than one naming "
                               f"({', '.join(sorted(namings))}): keep one per file")
-    if layer_index is not None:
+    listed = ", ".join(repr(p) for _, p in sorted(cands, key=lambda c: c[1]))
+    if prefix is not None:
+        chosen = [c for c in cands if c[1] == prefix]
+        if not chosen:
+            raise CheckpointError(f"{path}: no layer under the prefix {prefix!r}; the file's "
+                                  f"attention layers are under {listed}")
+    elif layer_index is not None:
         chosen = [c for c in cands if _layer_number(c[1]) == layer_index]
         if not chosen:
             have = sorted({_layer_number(p) for _, p in cands} - {None})
             raise CheckpointError(
                 f"{path}: no layer {layer_index}; the file holds layer"
                 f"{'s ' + ', '.join(map(str, have)) if have else ' without an index'}")
-        return chosen[0]
-    if len(cands) > 1:
-        have = ", ".join(str(_layer_number(p)) for _, p in sorted(
-            cands, key=lambda c: (_layer_number(c[1]) is None, _layer_number(c[1]) or 0)))
-        raise CheckpointError(f"{path}: holds {len(cands)} attention layers (indices {have}); "
-                              f"choose one with the layer index")
-    return cands[0]
+    else:
+        chosen = cands
+    if len(chosen) > 1:
+        # Several layers match (e.g. nn.Transformer's encoder.layers.0.self_attn. and
+        # decoder.layers.0.self_attn.): never pick one silently.
+        have = sorted({_layer_number(p) for _, p in chosen} - {None})
+        by_index = (f"indices {', '.join(map(str, have))}; choose one with the layer index"
+                    if len(have) == len(chosen) and layer_index is None else
+                    "choose one by its prefix")
+        raise CheckpointError(f"{path}: holds {len(chosen)} attention layers that match "
+                              f"({', '.join(repr(p) for _, p in sorted(chosen))}); {by_index}")
+    return chosen[0]
 
 
 def _tensor(tensors, key, shape, path) -> np.ndarray:
@@ -183,10 +196,13 @@ def _tensor(tensors, key, shape, path) -> np.ndarray:
     return a
 
 
-def import_layer(path, layer_index: int | None = None) -> ImportedLayer:
-    """The float attention layer of a checkpoint file (any naming above)."""
+def import_layer(path, layer_index: int | None = None,
+                 prefix: str | None = None) -> ImportedLayer:
+    """The float attention layer of a checkpoint file (any naming above), chosen by the number
+    in its prefix (``layer_index``) or by the whole prefix (``"decoder.layers.0.self_attn."``)
+    when a file holds several."""
     tensors = read_tensors(path)
-    naming, prefix = _choose(tensors, path, layer_index)
+    naming, prefix = _choose(tensors, path, layer_index, prefix)
     names = {k: prefix + v for k, v in NAMINGS[naming].items()}
     optional = _OPTIONAL.get(naming, set())
     missing = [n for k, n in names.items() if n not in tensors and k not in optional]

@@ -21,10 +21,13 @@ def as_int64(a) -> np.ndarray:
 def round_shift(x, shift):
     """``round(x / 2**shift)`` with ties toward +inf, for any integer ``shift``.
 
-    ``shift`` may be an array; a shift <= 0 is an exact left shift.
+    ``shift`` may be an array; a shift <= 0 is an exact left shift. Shifts above 62 are
+    refused (int64 arithmetic; no datapath shifts further).
     """
     x = as_int64(x)
     shift = np.asarray(shift, dtype=np.int64)
+    if shift.size and shift.max() > 62:
+        raise ValueError(f"round_shift by {int(shift.max())} is out of range: allowed <= 62")
     if shift.ndim == 0:
         s = int(shift)
         if s <= 0:
@@ -101,6 +104,20 @@ class ChannelRequant:
 
     mult: np.ndarray     # int64, one per channel
     shift: np.ndarray    # int64, one per channel, 1..62
+
+    def __post_init__(self):
+        m, sh = np.asarray(self.mult), np.asarray(self.shift)
+        if m.ndim != 1 or sh.shape != m.shape or m.dtype.kind not in "iu" \
+                or sh.dtype.kind not in "iu":
+            raise ValueError(f"ChannelRequant needs equal-length integer vectors, not mult "
+                             f"{m.dtype} {m.shape} and shift {sh.dtype} {sh.shape}")
+        if m.size and m.min() < 0:
+            raise ValueError(f"ChannelRequant.mult[{int(np.argmin(m))}] = {int(m.min())} must "
+                             f"be non-negative")
+        bad = np.flatnonzero((sh < 1) | (sh > 62))
+        if bad.size:
+            raise ValueError(f"ChannelRequant.shift[{bad[0]}] = {int(sh[bad[0]])} is out of "
+                             f"range: allowed 1..62")
 
     @classmethod
     def of(cls, rqs) -> "ChannelRequant":

@@ -143,6 +143,12 @@ def attend_tiled(cfg: AttentionConfig, scores, v, valid, exp_mult: int, exp_shif
         raise ValueError(f"v has {v.shape[0]} rows: expected {kv_rows} (one per key)")
     F, B, R = cfg.exp_frac_bits, cfg.prob_bits, cfg.recip_bits
     Bt, G = fmt.prob_bits, fmt.norm_guard_bits
+    if kv_rows > fmt.tiles * fmt.kv_tile:
+        raise ValueError(f"{kv_rows} keys exceed the format's {fmt.tiles} tiles of "
+                         f"{fmt.kv_tile}: build it with max_kv_len >= {kv_rows}")
+    if rq.shift + G > 62:
+        raise ValueError(f"rq.shift = {rq.shift} is out of range for the tiled path: allowed "
+                         f"<= {62 - G} (it shifts by rq.shift + {G})")
     y = score_log2(s, exp_mult, exp_shift)
     low = np.iinfo(np.int64).min
 
@@ -158,7 +164,7 @@ def attend_tiled(cfg: AttentionConfig, scores, v, valid, exp_mult: int, exp_shif
         tile_max = _ceil_octave(np.where(vt, yt, low).max(axis=1), F)
         m_new = np.where(seen, np.where(started, np.maximum(m, tile_max), tile_max), m)
         # The rescale: both running values shift by the rise of the maximum. A rise beyond
-        # their width empties them (the hardware caps the shift the same way).
+        # their width empties them, so the shift is capped there.
         rise = np.minimum(np.where(started, m_new - m, 0), fmt.out_acc_bits + 1)
         rescales += (rise > 0)
         lsum = round_shift(lsum, rise)

@@ -135,8 +135,12 @@ def quantize_layer(cfg: AttentionConfig, layer: FloatLayer, calib_x, calib_kv=No
         s["kv"] = s["x"]
     for n in ("wq", "wk", "wv", "wo"):
         wt = getattr(layer, n)
-        s[n] = symmetric_scale(wt, Wb) if weight_scales == "tensor" else \
-            np.array([symmetric_scale(row, Wb) for row in wt])
+        s[n] = symmetric_scale(wt, Wb)
+        if weight_scales == "channel":
+            # A row of (near) zeros would get a vanishing scale and blow its bias up to the
+            # clamp: no channel's scale goes below 2**-8 of the whole tensor's.
+            s[n] = np.maximum(np.array([symmetric_scale(row, Wb) for row in wt]),
+                              s[n] * 2.0 ** -8)
     for n in ("q", "k", "v", "attn"):
         s[n] = symmetric_scale(mid[n], A, pct)
     if scoring == "additive":

@@ -115,7 +115,8 @@ def tiled_accuracy(cfg: AttentionConfig, lengths, tiles, prob_bits: int = TILE_P
                 ref = ref_a * 2.0 ** B * rq.real
                 lcfg = cfg.replace(max_seq_len=L, max_kv_len=L) if with_rows else cfg
                 runs = {t: attend_tiled(lcfg, scores, v, valid, em, es, rq,
-                                        tiled_format(lcfg, min(t, L), prob_bits))
+                                        tiled_format(lcfg, min(t, L), prob_bits,
+                                                     max_kv_len=L))
                         for t in tiles}
                 if with_rows:
                     runs["rows"] = attend_rows(lcfg, scores, v, valid, em, es, rq)

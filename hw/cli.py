@@ -80,6 +80,8 @@ def _need(name: str, value, lo=None, hi=None) -> None:
         return
     values = value if isinstance(value, list) else [value]
     for v in values:
+        if v != v:      # NaN compares false with everything
+            raise UsageError(f"{name} nan is not a number")
         if (lo is not None and v < lo) or (hi is not None and v > hi):
             allowed = (f"{lo}..{hi}" if lo is not None and hi is not None
                        else f">= {lo}" if lo is not None else f"<= {hi}")
@@ -399,7 +401,8 @@ def cmd_run(args) -> int:
                         sim=args.sim, seed=args.seed, idle=args.idle,
                         backpressure=args.backpressure,
                         calib_path=Path(args.calib) if args.calib else None,
-                        layer_index=args.layer_index, percentile=args.percentile)
+                        layer_index=args.layer_index, percentile=args.percentile,
+                        layer_prefix=args.layer_prefix)
     except LayerFileError as e:
         raise UsageError(str(e)) from None
     except (RunError, HarnessError) as e:
@@ -501,6 +504,9 @@ def _parser() -> argparse.ArgumentParser:
                    "BERT's ...attention.self.query.weight ...")
     p.add_argument("--layer-index", type=int, default=None,
                    help="which layer of a checkpoint holding several (the N of layer.N.)")
+    p.add_argument("--layer-prefix", default=None,
+                   help="which layer by its whole prefix (e.g. decoder.layers.0.self_attn.), "
+                   "where the index is ambiguous")
     p.add_argument("--input", required=True, help=".npz with x (L x d_model), optionally kv "
                    "(cross-attention) and key_padding_mask (True = padding)")
     p.add_argument("--causal", action="store_true", help="causal mask")

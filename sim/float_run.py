@@ -25,6 +25,7 @@ not allow, a mask the hardware cannot express) raises :class:`LayerFileError` na
 
 from __future__ import annotations
 
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,7 +47,7 @@ def _load_npz(path: Path, what: str) -> dict:
             return {k: f[k] for k in f.files}
     except FileNotFoundError:
         raise LayerFileError(f"{what} file {path} does not exist") from None
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
         raise LayerFileError(f"{what} file {path} is not a readable .npz: {e}") from None
 
 
@@ -60,10 +61,11 @@ def _float_array(arrays: dict, name: str, shape: tuple, path: Path) -> np.ndarra
 
 
 def load_float_layer(cfg: g.AttentionConfig, path: Path,
-                     layer_index: int | None = None) -> g.FloatLayer:
+                     layer_index: int | None = None,
+                     prefix: str | None = None) -> g.FloatLayer:
     from golden.checkpoint import CheckpointError, import_layer
     try:
-        imp = import_layer(path, layer_index)
+        imp = import_layer(path, layer_index, prefix)
     except CheckpointError as e:
         raise LayerFileError(str(e)) from None
     if imp.d_model != cfg.d_model:
@@ -143,7 +145,10 @@ def _numbered(arrays: dict, stem: str) -> list[str]:
 
 
 def _calib_sequence(arrays, name, cfg, path) -> list[np.ndarray]:
-    a = np.asarray(arrays[name], dtype=np.float64)
+    a = np.asarray(arrays[name])
+    if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
+        raise LayerFileError(f"{path}: {name} has dtype {a.dtype}, expected numbers")
+    a = a.astype(np.float64)
     if a.ndim not in (2, 3) or a.shape[-1] != cfg.d_model or not a.shape[-2]:
         raise LayerFileError(f"{path}: {name} has shape {a.shape}, expected (rows, "
                              f"{cfg.d_model}) or (sequences, rows, {cfg.d_model})")
@@ -187,12 +192,12 @@ def run_float(cfg: g.AttentionConfig, layer_path: Path, input_path: Path, *,
               causal: bool = False, sim: str = "verilator", seed: int = 0,
               idle: float = 0.0, backpressure: float = 0.0,
               calib_path: Path | None = None, layer_index: int | None = None,
-              percentile: float | None = None) -> RunReport:
+              percentile: float | None = None, layer_prefix: str | None = None) -> RunReport:
     from sim.host import Sequence, run_layer
 
     if causal and not cfg.causal_mask:
         raise LayerFileError("--causal given but the configuration has causal_mask = false")
-    fl = load_float_layer(cfg, layer_path, layer_index)
+    fl = load_float_layer(cfg, layer_path, layer_index, layer_prefix)
     inp = load_input(cfg, input_path)
     cross = inp.kv is not None
     if calib_path is not None:
@@ -201,7 +206,11 @@ def run_float(cfg: g.AttentionConfig, layer_path: Path, input_path: Path, *,
     else:
         cx, ckv, lens = inp.x, inp.kv, inp.key_len
     est = {} if percentile is None else {"estimator": "percentile", "percentile": percentile}
-    layer = g.quantize_layer(cfg, fl, cx, ckv, causal=causal, key_len=lens, **est)
+    try:
+        layer = g.quantize_layer(cfg, fl, cx, ckv, causal=causal, key_len=lens, **est)
+    except ValueError as e:     # e.g. a scale the requantizer cannot express
+        raise LayerFileError(f"cannot quantize the layer on this calibration data: {e}") \
+            from None
     s = layer.scales
     xq = g.quantize_tensor(inp.x, s["x"], cfg.act_bits)
     kvq = g.quantize_tensor(inp.kv, s["kv"], cfg.act_bits) if cross else None
@@ -211,6 +220,8 @@ def run_float(cfg: g.AttentionConfig, layer_path: Path, input_path: Path, *,
     y_ref = g.attention_float(cfg, fl, inp.x, inp.kv, causal=causal, key_len=inp.key_len)
     num = (y * y_ref).sum(axis=1)
     den = np.linalg.norm(y, axis=1) * np.linalg.norm(y_ref, axis=1)
-    cos = np.where(den > 0, num / np.where(den > 0, den, 1.0), 1.0)
+    # Both rows zero: equal (1); one of them zero: nothing in common (0).
+    both_zero = (np.linalg.norm(y, axis=1) == 0) & (np.linalg.norm(y_ref, axis=1) == 0)
+    cos = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.where(both_zero, 1.0, 0.0))
     return RunReport(y, res.out, y_ref, res.cycles,
                      -1 if res.busy_cycles is None else res.busy_cycles, res.stall_cycles, cos)

@@ -81,8 +81,9 @@ def test_bias_free_multihead_attention_has_zero_biases(tmp_path):
 def test_several_layers_need_an_index(tmp_path):
     w = _weights(np.random.default_rng(2))
     path = _save(tmp_path, _bert(w, 0) | _bert(w, 3), ".safetensors")
-    with pytest.raises(CheckpointError, match=r"holds 2 attention layers \(indices 0, 3\); "
-                                              r"choose one with the layer index"):
+    with pytest.raises(CheckpointError, match=r"holds 2 attention layers that match "
+                                              r"\('bert.encoder.layer.0.', 'bert.encoder.layer.3.'\); "
+                                              r"indices 0, 3; choose one with the layer index"):
         import_layer(path)
     with pytest.raises(CheckpointError, match="no layer 2; the file holds layers 0, 3"):
         import_layer(path, layer_index=2)
@@ -136,3 +137,18 @@ def test_bfloat16_safetensors_widen_exactly(tmp_path):
     path = tmp_path / "bf16.safetensors"
     path.write_bytes(struct.pack("<Q", len(h)) + h + b"".join(blobs))
     _same(import_layer(path), w)
+
+
+def test_an_ambiguous_index_is_refused_and_a_prefix_chooses(tmp_path):
+    # nn.Transformer: encoder and decoder both have a layers.0 attention.
+    rng = np.random.default_rng(5)
+    w_enc, w_dec = _weights(rng), _weights(rng)
+    path = _save(tmp_path, _mha(w_enc, "encoder.layers.0.self_attn.")
+                 | _mha(w_dec, "decoder.layers.0.self_attn."), ".safetensors")
+    with pytest.raises(CheckpointError, match=r"holds 2 attention layers that match .*"
+                                              r"choose one by its prefix"):
+        import_layer(path, layer_index=0)
+    _same(import_layer(path, prefix="decoder.layers.0.self_attn."), w_dec)
+    with pytest.raises(CheckpointError, match=r"no layer under the prefix 'dec.'; the file's "
+                                              r"attention layers are under 'decoder.layers.0"):
+        import_layer(path, prefix="dec.")

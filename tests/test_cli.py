@@ -210,6 +210,7 @@ def test_run_golden_writes_the_result_and_its_reference(capsys, tmp_path):
     ("d_model", ["the plain layer has d_model 8, the configuration tiny has d_model 16"]),
     ("calib_gap", ["calibration arrays x0, x2 must be numbered x0, x1, … without gaps"]),
     ("percentile", ["--percentile 20 is out of range: allowed 50..100"]),
+    ("percentile_nan", ["--percentile nan is not a number"]),
     ("cross", ["kv given (cross-attention) but the configuration has cross_attention = false"]),
     ("out", ["must end in .npz"]),
 ])
@@ -239,6 +240,8 @@ def test_run_names_each_bad_input(capsys, tmp_path, case, needles):
         extra = ["--calib", str(tmp_path / "C.npz")]
     elif case == "percentile":
         extra = ["--percentile", "20"]
+    elif case == "percentile_nan":
+        extra = ["--percentile", "nan"]
     elif case == "cross":
         conf = tmp_path / "self.toml"
         conf.write_text(cfg.replace(cross_attention=False).to_toml())
@@ -288,4 +291,4 @@ def test_run_takes_checkpoints_in_every_naming_and_ragged_calibration(capsys, tm
     assert np.array_equal(outs[0], outs[1]) and np.array_equal(outs[0], outs[2])
     _refused(capsys, ["run", "--config", TINY, "--layer", str(bpath), "--input", str(x),
                       "--sim", "golden", "--out", str(tmp_path / "Z.npz")],
-             "holds 2 attention layers (indices 0, 1); choose one with the layer index")
+             "indices 0, 1; choose one with the layer index")

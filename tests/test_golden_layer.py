@@ -248,3 +248,40 @@ def test_per_channel_layer_is_refused_by_the_register_map():
                        weight_scales="channel")
     with pytest.raises(ValueError, match="one multiplier and shift per projection"):
         param_values(build_regmap(cfg), q)
+
+
+def test_per_channel_zero_row_keeps_its_bias():
+    cfg = DEFAULT
+    rng = np.random.default_rng(14)
+    fl = random_float_layer(cfg, rng)
+    fl.wq[3] = 0.0
+    fl.bq[3] = 0.5
+    x = rng.normal(size=(16, cfg.d_model))
+    qc = quantize_layer(cfg, fl, x, weight_scales="channel")
+    # The zero row's scale is floored at 2**-8 of the tensor's: its bias stays representable.
+    assert qc.scales["wq"][3] == pytest.approx(np.abs(fl.wq).max() / 127 * 2 ** -8)
+    acc = matmul_acc(quantize_tensor(x, qc.scales["x"], 8), qc.wq.T, qc.bq)
+    q3 = requantize(acc, qc.rq_q)[:, 3] * qc.scales["q"]
+    assert np.abs(q3 - 0.5).max() < qc.scales["q"]
+
+
+def test_channel_requant_and_shift_ranges_are_checked():
+    from golden.fixed import ChannelRequant, round_shift
+    with pytest.raises(ValueError, match=r"ChannelRequant.shift\[1\] = 63 is out of range: "
+                                         r"allowed 1..62"):
+        ChannelRequant(np.array([3, 4]), np.array([2, 63]))
+    with pytest.raises(ValueError, match="equal-length integer vectors"):
+        ChannelRequant(np.array([3, 4]), np.array([2]))
+    with pytest.raises(ValueError, match="round_shift by 64 is out of range: allowed <= 62"):
+        round_shift(np.array([5]), np.array([64]))
+
+
+def test_additive_layer_is_refused_by_the_register_map():
+    from hw.bus.regmap import build_regmap, param_values
+    cfg = TINY
+    rng = np.random.default_rng(15)
+    q = quantize_layer(cfg, random_float_layer(cfg, rng, additive=True),
+                       rng.normal(size=(8, 16)), scoring="additive")
+    assert set(q.arrays()) >= {"wa", "tanh_mult", "tanh_shift"}
+    with pytest.raises(ValueError, match="additive scoring; the hardware scores by dot product"):
+        param_values(build_regmap(cfg), q)
