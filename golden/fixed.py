@@ -21,13 +21,14 @@ def as_int64(a) -> np.ndarray:
 def round_shift(x, shift):
     """``round(x / 2**shift)`` with ties toward +inf, for any integer ``shift``.
 
-    ``shift`` may be an array; a shift <= 0 is an exact left shift. Shifts above 62 are
-    refused (int64 arithmetic; no datapath shifts further).
+    ``shift`` may be an array; a shift <= 0 is an exact left shift. Shifts above 63 are
+    refused: the rounding bias 2**(shift-1) must fit int64 (the hardware's invalid-setting
+    checks compute with shift 63).
     """
     x = as_int64(x)
     shift = np.asarray(shift, dtype=np.int64)
-    if shift.size and shift.max() > 62:
-        raise ValueError(f"round_shift by {int(shift.max())} is out of range: allowed <= 62")
+    if shift.size and shift.max() > 63:
+        raise ValueError(f"round_shift by {int(shift.max())} is out of range: allowed <= 63")
     if shift.ndim == 0:
         s = int(shift)
         if s <= 0:

@@ -272,7 +272,7 @@ def test_channel_requant_and_shift_ranges_are_checked():
         ChannelRequant(np.array([3, 4]), np.array([2, 63]))
     with pytest.raises(ValueError, match="equal-length integer vectors"):
         ChannelRequant(np.array([3, 4]), np.array([2]))
-    with pytest.raises(ValueError, match="round_shift by 64 is out of range: allowed <= 62"):
+    with pytest.raises(ValueError, match="round_shift by 64 is out of range: allowed <= 63"):
         round_shift(np.array([5]), np.array([64]))
 
 
