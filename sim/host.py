@@ -97,12 +97,16 @@ def _check(cfg: g.AttentionConfig, layer, sequences) -> list[Sequence]:
 def run_layer(cfg: g.AttentionConfig, layer: g.QuantizedLayer, sequences, *,
               sim: str = "verilator", overlapped: bool = False, idle: float = 0.0,
               backpressure: float = 0.0, seed: int = 0, timeout: int = 5_000_000,
-              verilog: Path | None = None, stats: dict | None = None) -> list[HostResult]:
+              verilog: Path | None = None, stats: dict | None = None,
+              harness_opt: str | None = None) -> list[HostResult]:
     """Load ``layer`` and run ``sequences`` (a list of :class:`Sequence`) on ``sim``; one
     :class:`HostResult` per sequence, in order. ``verilog``: an ``attention_top`` generated
     for ``cfg`` (default: generated once through :func:`sim.runner.verilog_for`).
     ``stats`` (Verilator), if given, receives ``sim_cycles`` (every simulated cycle: reset,
-    weight load, runs) and ``sim_seconds`` (the harness's wall time, without its build)."""
+    weight load, runs) and ``sim_seconds`` (the harness's wall time, without its build).
+    ``harness_opt`` (Verilator): the harness's C++ level, default :data:`sim.fast.OPT_LEVEL`
+    (``-O0`` builds in about 60 % of the time and runs several times slower: the choice for
+    many small designs with short runs, as in the tests)."""
     if sim not in SIMS:
         raise ValueError(f"sim = {sim!r} is not one of {', '.join(SIMS)}")
     seqs = _check(cfg, layer, sequences)
@@ -115,7 +119,7 @@ def run_layer(cfg: g.AttentionConfig, layer: g.QuantizedLayer, sequences, *,
     if sim == "verilator":
         return _run_verilator(cfg, layer, seqs, Path(verilog), overlapped=overlapped,
                               idle=idle, backpressure=backpressure, seed=seed, timeout=timeout,
-                              stats=stats)
+                              stats=stats, opt=harness_opt)
     return _run_icarus(cfg, layer, seqs, Path(verilog), overlapped=overlapped, idle=idle,
                        backpressure=backpressure, seed=seed, timeout=timeout)
 
@@ -192,7 +196,7 @@ class _Program:
 
 
 def _run_verilator(cfg, layer, seqs, verilog, *, overlapped, idle, backpressure, seed,
-                   timeout, stats=None) -> list[HostResult]:
+                   timeout, stats=None, opt=None) -> list[HostResult]:
     from sim.fast import Script, run_script
     script = Script()
     script.settings(seed=seed, idle=idle, backpressure=backpressure, limit=timeout)
@@ -215,7 +219,7 @@ def _run_verilator(cfg, layer, seqs, verilog, *, overlapped, idle, backpressure,
     script.add("wait_out", len(seqs))
     script.add("read", prog.addr("STATUS"))
     prog.expect_ok(len(seqs) - 1)
-    run = run_script(verilog, script)
+    run = run_script(verilog, script, opt=opt)
     if stats is not None:
         stats.update(sim_cycles=run.cycles, sim_seconds=run.seconds)
     bad = [r for r in run.records if r[0] == "X"]

@@ -15,12 +15,20 @@ from hw.bus.regmap import build_regmap
 from hw.gen.verilog import REPO_ROOT
 from hw.perf.layer import TOP_CYCLES, layer_timing
 from sim.fast import HarnessTimeout, Script, run_script
-from sim.host import RunError, Sequence, run_layer
+from sim import host
+from sim.host import RunError, Sequence
 from sim.layers import STALLS, make_case, mode_specs, whole_top_configs
 from sim.runner import verilog_for
 
 TINY = g.load_config(REPO_ROOT / "configs" / "tiny.toml")
 CONFIGS = whole_top_configs(TINY)
+# The tests' layers are tiny and short: a harness at -O0 builds in 19 s instead of 33 s
+# (tiny-2eng) and the runs still take well under a second.
+TEST_HARNESS_OPT = "-O0"
+
+
+def run_layer(*args, **kwargs):
+    return host.run_layer(*args, harness_opt=TEST_HARNESS_OPT, **kwargs)
 
 
 def sequences(runs):
@@ -94,7 +102,7 @@ def test_unexpected_error_is_named():
     script.add("expect_ok", rmap["STATUS"].offset, 1 << rmap["STATUS"].field("ERROR").lsb,
                rmap["ERROR_CAUSE"].offset, 7)
     script.add("mark")
-    run = run_script(top.verilog, script)
+    run = run_script(top.verilog, script, opt=TEST_HARNESS_OPT)
     x = [r for r in run.records if r[0] == "X"]
     assert len(x) == 1 and x[0][1] == 7
     assert not any(r[0] == "C" for r in run.records), "the script went on after the error"
@@ -113,7 +121,7 @@ def test_hung_design_is_a_timeout():
     script.add("send", *script.put([1, 2, 3]))
     script.add("wait_out", 1)
     with pytest.raises(HarnessTimeout, match="wait_out still waiting"):
-        run_script(top.verilog, script)
+        run_script(top.verilog, script, opt=TEST_HARNESS_OPT)
 
 
 def test_golden_engine_follows_the_model():
