@@ -292,3 +292,14 @@ def test_run_takes_checkpoints_in_every_naming_and_ragged_calibration(capsys, tm
     _refused(capsys, ["run", "--config", TINY, "--layer", str(bpath), "--input", str(x),
                       "--sim", "golden", "--out", str(tmp_path / "Z.npz")],
              "indices 0, 1; choose one with the layer index")
+    # The whole prefix chooses as well.
+    out = tmp_path / "Yp.npz"
+    assert main(["run", "--config", TINY, "--layer", str(bpath), "--input", str(x),
+                 "--calib", str(cal), "--sim", "golden", "--out", str(out),
+                 "--layer-prefix", "encoder.layer.1."]) == 0
+    with np.load(out) as y:
+        assert np.array_equal(y["y_int"], outs[0])
+    _refused(capsys, ["run", "--config", TINY, "--layer", str(bpath), "--input", str(x),
+                      "--sim", "golden", "--out", str(tmp_path / "Z.npz"),
+                      "--layer-prefix", "encoder.layer.7."],
+             "no layer under the prefix 'encoder.layer.7.'")
