@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from .attention import attention_int
+from .accuracy import _cosines as row_cosines
 from .checkpoint import import_layer, read_tensors
 from .config import AttentionConfig
 from .quantize import dequantize, quantize_layer, quantize_tensor
@@ -168,11 +169,6 @@ def _tokenize(folder: Path, sentences) -> list[list[int]]:
     return [tok.encode(s).ids for s in sentences]
 
 
-def _cosines(a, b):
-    return (a * b).sum(axis=1) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1),
-                                            1e-300)
-
-
 # Quantizer variants of the study: name -> quantize_layer options.
 VARIANTS = {
     "int8 per-tensor, max ranges": {},
@@ -208,7 +204,7 @@ def real_model_accuracy(layers=None, variants=None) -> dict:
             for h in test_h:
                 y = dequantize(attention_int(cfg, ql, quantize_tensor(h[i], s["x"],
                                                                       cfg.act_bits)), s["out"])
-                cos.append(_cosines(y, attention_float(cfg, fl, h[i])))
+                cos.append(row_cosines(y, attention_float(cfg, fl, h[i])))
             cos = np.concatenate(cos)
             per[name] = {"cosine_min": float(cos.min()), "cosine_mean": float(cos.mean()),
                          "worst_row_position": int(positions[np.argmin(cos)])}
