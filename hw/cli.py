@@ -16,6 +16,7 @@ Commands (``python -m hw COMMAND --help`` gives each one's options):
   :mod:`hw.flow.synth`)
 - ``synth-blocks``  ECP5 synthesis of the matrix engine and the softmax unit (``make synth-blocks``)
 - ``sta``           static timing of a routed SDF (options of :mod:`hw.flow.sta`)
+- ``formal``        SymbiYosys proofs of the bus interfaces (``make formal``; :mod:`sim.formal`)
 
 Every command takes ``--config FILE`` where it builds something for a configuration (default
 ``configs/default.toml`` of this repository). An invalid or unreadable configuration, a
@@ -379,6 +380,32 @@ def _passthrough(module: str):
 
 # ---------------------------------------------------------------------------- run
 
+def cmd_formal(args) -> int:
+    from sim.formal import FormalError, checks, run_checks
+    cfg = _config(args)
+    selected = checks(quick=args.quick)
+    if args.only:
+        names = {c.name for c in selected}
+        unknown = sorted(set(args.only) - names)
+        if unknown:
+            raise UsageError(f"--only {' '.join(unknown)}: no such check; allowed: "
+                             f"{', '.join(sorted(names))}")
+        selected = [c for c in selected if c.name in args.only]
+    try:
+        summary = run_checks(cfg, Path(args.out), selected)
+    except FormalError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    bad = [c["name"] for c in summary["checks"] if not c["ok"]]
+    total = sum(c["seconds"] for c in summary["checks"])
+    print(f"formal: {len(summary['checks']) - len(bad)} of {len(summary['checks'])} checks as "
+          f"expected in {total:.0f} s; {Path(args.out) / 'formal.json'}")
+    if bad:
+        print(f"error: not as expected: {', '.join(bad)}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_run(args) -> int:
     from sim.float_run import LayerFileError, run_float
     from sim.host import RunError
@@ -533,6 +560,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=1, help="nextpnr placer seed")
     p.add_argument("--generic-dsp", action="store_true",
                    help="elaborate without the ECP5 marker: behavioural multipliers")
+
+    p = command("formal", cmd_formal, "SymbiYosys: AXI4-Lite register block (BMC, "
+                "k-induction, covers, response bound), m_axis of the whole top (k-induction), "
+                "and a mutant per group that must fail")
+    p.add_argument("--quick", action="store_true",
+                   help="the short set that make test runs")
+    p.add_argument("--only", nargs="+", default=None, metavar="CHECK",
+                   help="run only these checks (names as in formal.json)")
+    p.add_argument("--out", default="build/formal")
 
     for name, module, help in (
             ("synth", "hw.flow.synth", "the whole top through Yosys and nextpnr "

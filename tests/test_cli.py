@@ -104,6 +104,7 @@ COMMANDS = {
     "synth": ["--freq", "0"],
     "sta": [str(REPO_ROOT / "build" / "test-cli" / "absent.sdf")],
     "run": ["--idle", "1.5"],
+    "formal": ["--only", "nonesuch"],
 }
 # Options a command cannot run without (the files need not exist: the configuration and the
 # option values are checked first).
