@@ -1,40 +1,40 @@
-"""cocotb bus models (cocotb 2.x): valid/ready streams, AXI4-Stream and an AXI4-Lite master.
+"""cocotb bus models (cocotb 2.x). Every cocotb testbench of the project drives the design
+through this module.
 
-Every cocotb testbench of the project drives the design through this module.
-
-Timing: every model drives after the falling edge and samples in the read-only phase before
-the rising edge, so it sees each handshake exactly as the design does, in Icarus and
-Verilator alike. Random idle cycles and backpressure come from ``random.Random(seed)``; a
-probability of 0 draws nothing, so the seed then does not matter.
-
-- :class:`StreamSource` / :class:`StreamSink`: one valid/ready port, either an Amaranth
-  ``stream`` port (flattened to ``<prefix>__payload``, ``__valid``, ``__ready``) or an
-  AXI4-Stream port (``<prefix>_tdata``, ``_tvalid``, ``_tready``, ``_tlast``). The source
-  leaves ``valid`` low with probability ``idle`` between payloads (a raised ``valid`` is held,
-  payload unchanged, until taken); the sink drives ``ready`` low with probability
-  ``backpressure``. Two ways to clock them: :meth:`StreamSource.send` and
-  :meth:`StreamSink.receive` run one port on their own (AXI4-Stream transfers closed by
-  ``tlast``); :meth:`StreamSource.put` queues payloads and :func:`run_streams` clocks any
-  number of ports together with two simulator waits per cycle, recording the cycle of every
-  transfer (``StreamSource.accepted``, ``StreamSink.items``).
-- :class:`AxiLiteMaster`: AXI4-Lite master with random VALID delays and READY backpressure
-  and protocol checks.
+- AXI: cocotbext-axi's models, which thousands of designs use, behind small adapters.
+  :class:`AxiLiteMaster` (32-bit register reads and writes with response codes, time-outs)
+  and :class:`AxiStreamWords` (packets of 32-bit words, TLAST on the last). Idle cycles and
+  backpressure are cocotbext-axi pause generators (:func:`pause_generator`: paused with a
+  probability in each cycle, from ``random.Random(seed)``). The AXI rules are checked by the
+  passive :class:`sim.axi_monitor.AxiMonitor`, not by these models.
+- Block streams: :class:`StreamSource` / :class:`StreamSink` drive an Amaranth ``stream``
+  port of a block under test (``<prefix>__payload``, ``__valid``, ``__ready``) and
+  :func:`run_streams` clocks any number of them together, recording the cycle of every
+  transfer (``StreamSource.accepted``, ``StreamSink.items``), which the cycle-model checks
+  of the matrix engine and softmax unit need; these ports are not AXI, and cocotbext-axi's
+  stream models record no cycles, hence these ~100 lines. They drive after the falling edge
+  and sample in the read-only phase before the rising edge, so they see each handshake as
+  the design does, in Icarus and Verilator alike. The source leaves ``valid`` low with
+  probability ``idle`` between payloads (a raised ``valid`` is held, payload unchanged,
+  until taken); the sink drives ``ready`` low with probability ``backpressure``.
 - :func:`clock_and_reset`; payload packing: :func:`pack_fields`, :func:`pack_array`,
   :func:`unpack_array`, :func:`pack_rows`, :func:`unpack_words`.
 """
 
 from __future__ import annotations
 
+import logging
 import random
 from collections import deque
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import cocotb
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, FallingEdge, Lock, ReadOnly, RisingEdge
+from cocotb.triggers import ClockCycles, FallingEdge, First, Lock, ReadOnly, RisingEdge
 
 __all__ = ["clock_and_reset", "StreamSource", "StreamSink", "run_streams",
-           "AxiLiteMaster", "AxiLiteProtocolError", "RESP_NAMES", "OKAY", "SLVERR",
+           "AxiLiteMaster", "AxiLiteProtocolError", "AxiStreamWords", "pause_generator",
+           "RESP_NAMES", "OKAY", "SLVERR",
            "pack_fields", "pack_array", "unpack_array", "to_signed", "pack_rows",
            "unpack_words"]
 
@@ -106,53 +106,37 @@ async def clock_and_reset(dut, period_ns: int = 10, cycles: int = 2) -> None:
     await RisingEdge(dut.clk)
 
 
-# ---------------------------------------------------------------------------- streams
-
-# Amaranth's flattening of a stream port, and AXI4-Stream's names (which add tlast).
-_STREAM_STYLES = ({"payload": "__payload", "valid": "__valid", "ready": "__ready"},
-                  {"payload": "_tdata", "valid": "_tvalid", "ready": "_tready",
-                   "last": "_tlast"})
-
+# ---------------------------------------------------------------------------- block streams
 
 class _StreamPort:
-    """The signals of stream ``prefix`` of ``dut``: ``payload``, ``valid``, ``ready`` and
-    ``last`` (None on an Amaranth stream port)."""
+    """The signals of Amaranth stream port ``prefix`` of ``dut`` (flattened to
+    ``<prefix>__payload``, ``__valid``, ``__ready``)."""
 
     def __init__(self, dut, prefix: str, clk):
-        for style in _STREAM_STYLES:
-            if getattr(dut, prefix + style["valid"], None) is not None:
-                break
-        else:
-            raise AttributeError(f"no stream {prefix} in {dut._name}: neither "
-                                 f"{prefix}__valid nor {prefix}_tvalid")
-        self.payload = getattr(dut, prefix + style["payload"])
-        self.valid = getattr(dut, prefix + style["valid"])
-        self.ready = getattr(dut, prefix + style["ready"])
-        self.last = getattr(dut, prefix + style["last"]) if "last" in style else None
+        if getattr(dut, prefix + "__valid", None) is None:
+            raise AttributeError(f"no stream {prefix} in {dut._name}: no {prefix}__valid")
+        self.payload = getattr(dut, prefix + "__payload")
+        self.valid = getattr(dut, prefix + "__valid")
+        self.ready = getattr(dut, prefix + "__ready")
         self.clk = dut.clk if clk is None else clk
 
 
 class StreamSource(_StreamPort):
-    """Drives ``valid``/``payload`` (and ``tlast``) of one stream port from a queue."""
+    """Drives ``valid``/``payload`` of one stream port from a queue."""
 
     def __init__(self, dut, prefix: str, *, clk=None, idle: float = 0.0, seed: int = 0):
         super().__init__(dut, prefix, clk)
         self.idle = _probability("idle", idle)
         self.rng = random.Random(seed)
-        self.queue: deque[tuple[int, int]] = deque()     # (payload, last)
+        self.queue: deque[int] = deque()
         self.offering = False
         self.accepted: list[int] = []    # run_streams cycle of each transfer
         self.valid.value = 0
         self.payload.value = 0
-        if self.last is not None:
-            self.last.value = 0
 
-    def put(self, items: Iterable[int], last_at: int | None = None) -> None:
-        """Queue ``items``; ``tlast`` (AXI4-Stream) on item ``last_at`` (default: the final
-        one; -1: none)."""
-        items = [int(x) for x in items]
-        last_at = len(items) - 1 if last_at is None else last_at
-        self.queue.extend((x, int(i == last_at)) for i, x in enumerate(items))
+    def put(self, items: Iterable[int]) -> None:
+        """Queue ``items``."""
+        self.queue.extend(int(x) for x in items)
 
     @property
     def idle_now(self) -> bool:
@@ -163,10 +147,7 @@ class StreamSource(_StreamPort):
         if not self.offering and self.queue and not (self.idle
                                                      and self.rng.random() < self.idle):
             self.offering = True
-            data, last = self.queue[0]
-            self.payload.value = data
-            if self.last is not None:
-                self.last.value = last
+            self.payload.value = self.queue[0]
         self.valid.value = int(self.offering)
 
     def sample(self, cycle: int) -> bool:
@@ -177,36 +158,6 @@ class StreamSource(_StreamPort):
             self.accepted.append(cycle)
             return True
         return False
-
-    async def send(self, words, last_at: int | None = None, timeout: int = 100_000) -> int:
-        """Send ``words`` on this port alone; ``tlast`` on word ``last_at`` (default: the final
-        one; -1: never).
-
-        Returns the number of words taken. Gives up (returning the count so far, the rest
-        dropped) once the sink has held ``ready`` low for ``timeout`` consecutive cycles.
-        """
-        # Whatever a cancelled send left in the queue is dropped.
-        self.queue.clear()
-        self.offering = False
-        self.put(words, last_at)
-        n, stalled, cycle = len(self.queue), 0, 0
-        while self.queue and stalled < timeout:
-            await FallingEdge(self.clk)
-            self.drive()
-            await ReadOnly()
-            if self.sample(cycle):
-                stalled = 0
-            elif self.offering:
-                stalled += 1
-            cycle += 1
-        sent = n - len(self.queue)
-        self.queue.clear()
-        self.offering = False
-        await FallingEdge(self.clk)
-        self.valid.value = 0
-        if self.last is not None:
-            self.last.value = 0
-        return sent
 
 
 class StreamSink(_StreamPort):
@@ -226,43 +177,9 @@ class StreamSink(_StreamPort):
         self._ready = not (self.backpressure and self.rng.random() < self.backpressure)
         self.ready.value = int(self._ready)
 
-    def take(self) -> tuple[int, int] | None:
-        """In the read-only phase: ``(payload, last)`` of a transfer, or None."""
-        if self._ready and self.valid.value:
-            return (int(self.payload.value),
-                    int(self.last.value) if self.last is not None else 0)
-        return None
-
     def sample(self, cycle: int) -> None:
-        beat = self.take()
-        if beat is not None:
-            self.items.append((cycle, beat[0]))
-
-    async def stop(self) -> None:
-        """``ready`` low from the next falling edge on."""
-        await FallingEdge(self.clk)
-        self._ready = False
-        self.ready.value = 0
-
-    async def receive(self, timeout: int = 10_000_000) -> tuple[list[int], bool]:
-        """Collect words on this port alone, up to and including the one with ``tlast``.
-
-        Returns ``(words, complete)``; ``complete`` is False when ``timeout`` cycles passed
-        without ``tlast``. ``ready`` is low again afterwards.
-        """
-        words = []
-        for _ in range(timeout):
-            await FallingEdge(self.clk)
-            self.drive()
-            await ReadOnly()
-            beat = self.take()
-            if beat is not None:
-                words.append(beat[0])
-                if beat[1]:
-                    await self.stop()
-                    return words, True
-        await self.stop()
-        return words, False
+        if self._ready and self.valid.value:
+            self.items.append((cycle, int(self.payload.value)))
 
 
 async def run_streams(clk, endpoints: Sequence, *, until: Callable[[], bool],
@@ -286,179 +203,179 @@ async def run_streams(clk, endpoints: Sequence, *, until: Callable[[], bool],
     raise TimeoutError(f"streams still busy after max_cycles = {max_cycles}")
 
 
-# ---------------------------------------------------------------------------- AXI4-Lite
-
-# AxiLiteMaster(dut, clk, prefix="s_axi") finds <prefix>_awaddr (the accelerator top's names)
-# or <prefix>__awaddr (Amaranth's flattening of an AxiLiteSignature port). One transaction
-# runs at a time (concurrent callers queue on a lock). With delay > 0, each of AWVALID, WVALID
-# and ARVALID waits a random number of cycles before rising (so AW may come before, after or
-# with W) and BREADY/RREADY are low with probability delay in each cycle. Payload signals
-# carry random garbage while their VALID is low, so a slave that samples them at the wrong
-# time is caught. Protocol violations seen by the master (BVALID before both AW and W were
-# accepted, RVALID before AR, a response that changes or drops while waiting for READY, a
-# transaction that never finishes) raise AxiLiteProtocolError.
+# ---------------------------------------------------------------------------- AXI (cocotbext-axi)
 
 OKAY, EXOKAY, SLVERR, DECERR = 0, 1, 2, 3
 RESP_NAMES = {OKAY: "OKAY", EXOKAY: "EXOKAY", SLVERR: "SLVERR", DECERR: "DECERR"}
-_SIGNALS = ("awaddr", "awvalid", "awready", "wdata", "wstrb", "wvalid", "wready", "bresp",
-            "bvalid", "bready", "araddr", "arvalid", "arready", "rdata", "rresp", "rvalid",
-            "rready")
+
+
+def pause_generator(probability: float, seed: int) -> Iterator[bool] | None:
+    """cocotbext-axi pause generator: paused (VALID held back by a source, READY low at a
+    sink) with ``probability`` in each cycle, from ``random.Random(seed)``; None for 0."""
+    _probability("pause probability", probability)
+    if not probability:
+        return None
+
+    def pauses():
+        rng = random.Random(seed)
+        while True:
+            yield rng.random() < probability
+    return pauses()
+
+
+def _bus_prefix(dut, prefix: str, name: str) -> str:
+    """``prefix`` as cocotbext-axi's ``from_prefix`` wants it: the top's ``s_axi_awaddr`` or
+    Amaranth's flattened ``s_axi__awaddr``."""
+    for pre in (prefix, prefix + "_"):
+        if getattr(dut, f"{pre}_{name}", None) is not None:
+            return pre
+    raise AttributeError(f"no signal {prefix}_{name} or {prefix}__{name} in {dut._name}")
+
+
+def _quiet(*models) -> None:
+    """cocotbext-axi logs every transaction at INFO (whole frames as bytes): warnings only."""
+    for model in models:
+        model.log.setLevel(logging.WARNING)
 
 
 class AxiLiteProtocolError(AssertionError):
-    """The slave broke an AXI4-Lite rule, or a transaction timed out."""
+    """A transaction got no response in time."""
 
 
 class AxiLiteMaster:
-    """AXI4-Lite master.
+    """AXI4-Lite master: cocotbext-axi's ``AxiLiteMaster`` with 32-bit register accessors.
 
     Parameters
     ----------
-    dut : cocotb handle holding the bus signals.
-    clk : the bus clock handle.
-    prefix : signal-name prefix; ``_`` or ``__`` separates it from the AXI name.
-    delay : float in [0, 1): probability of an idle cycle before each VALID and of a low
-        READY in each response cycle. 0 gives back-to-back transactions.
-    seed : random seed of the delays and of the garbage payloads.
-    timeout : cycles after which a transaction is declared stuck.
+    dut : cocotb handle holding the bus signals (``<prefix>_awaddr`` or ``<prefix>__awaddr``).
+    clk, reset : the bus clock and its active-high reset (None: no reset handling).
+    delay : float in [0, 1): probability, in each cycle, of a pause on every channel (AW, W
+        and AR hold VALID back; B and R hold READY low), from cocotbext-axi's pause
+        generators. 0 gives back-to-back transactions.
+    seed : random seed of the pauses (each channel its own stream).
+    timeout : cycles after which a transaction with no response raises
+        :class:`AxiLiteProtocolError`.
+
+    The protocol rules themselves are checked by :class:`sim.axi_monitor.AxiMonitor`.
     """
 
-    def __init__(self, dut, clk, prefix: str = "s_axi", *, delay: float = 0.0, seed: int = 0,
-                 timeout: int = 1000):
-        if not 0.0 <= delay < 1.0:
-            raise ValueError(f"delay = {delay!r} is out of range: allowed 0 <= delay < 1")
+    def __init__(self, dut, clk, prefix: str = "s_axi", *, reset=None, delay: float = 0.0,
+                 seed: int = 0, timeout: int = 1000):
+        from cocotbext.axi import AxiLiteBus, AxiLiteMaster as Master
+        _probability("delay", delay)
         if timeout < 1:
             raise ValueError(f"timeout = {timeout!r} is out of range: allowed >= 1")
+        bus = AxiLiteBus.from_prefix(dut, _bus_prefix(dut, prefix, "awaddr"))
+        self.master = Master(bus, clk, reset)
+        _quiet(self.master.write_if, self.master.read_if)
         self.clk = clk
-        for name in _SIGNALS:
-            for sep in ("_", "__"):
-                handle = getattr(dut, f"{prefix}{sep}{name}", None)
-                if handle is not None:
-                    setattr(self, name, handle)
-                    break
-            else:
-                raise AttributeError(
-                    f"no signal {prefix}_{name} or {prefix}__{name} in {dut._name}")
-        self.addr_bits = len(self.awaddr)
-        self.data_bits = len(self.wdata)
-        self.strb_all = (1 << (self.data_bits // 8)) - 1
-        self.delay = delay
+        self.addr_bits = len(bus.write.aw.awaddr)
         self.timeout = timeout
-        self.rng = random.Random(seed)
+        wr, rd = self.master.write_if, self.master.read_if
+        for i, channel in enumerate((wr.aw_channel, wr.w_channel, wr.b_channel,
+                                     rd.ar_channel, rd.r_channel)):
+            gen = pause_generator(delay, seed * 8 + i)
+            if gen is not None:
+                channel.set_pause_generator(gen)
+        # Transactions one at a time, in call order (as the register tests expect).
         self._lock = Lock()
-        for name in ("awvalid", "wvalid", "bready", "arvalid", "rready"):
-            getattr(self, name).value = 0
-        for name in ("awaddr", "wdata", "wstrb", "araddr"):
-            getattr(self, name).value = 0
 
-    # ------------------------------------------------------------------ timing
-
-    def _wait(self) -> int:
-        """Idle cycles before a VALID rises (geometric with parameter ``delay``)."""
-        n = 0
-        while self.delay and self.rng.random() < self.delay and n < 16:
-            n += 1
-        return n
-
-    def _ready(self) -> int:
-        return int(not (self.delay and self.rng.random() < self.delay))
-
-    def _check(self, addr: int, data: int | None = None, strb: int | None = None):
+    def _check(self, addr: int, data: int | None = None):
         if not 0 <= addr < 1 << self.addr_bits:
             raise ValueError(f"address {addr:#x} is out of range: allowed "
                              f"0..{(1 << self.addr_bits) - 1:#x}")
-        if data is not None and not 0 <= data < 1 << self.data_bits:
-            raise ValueError(f"data {data:#x} is out of range: allowed "
-                             f"0..{(1 << self.data_bits) - 1:#x}")
-        if strb is not None and not 0 <= strb <= self.strb_all:
-            raise ValueError(f"strb {strb:#x} is out of range: allowed 0..{self.strb_all:#x}")
+        if data is not None and not 0 <= data < 1 << 32:
+            raise ValueError(f"data {data:#x} is out of range: allowed 0..0xffffffff")
 
-    # ------------------------------------------------------------------ transactions
+    async def _timed(self, coro, what: str):
+        task = cocotb.start_soon(coro)
+        await First(task, ClockCycles(self.clk, self.timeout))
+        if not task.done():
+            task.cancel()
+            raise AxiLiteProtocolError(f"{what}: no response in {self.timeout} cycles")
+        return task.result()
 
-    async def write(self, addr: int, data: int, strb: int | None = None) -> int:
-        """Write ``data`` to byte address ``addr`` with byte strobes ``strb`` (default: all).
+    async def write(self, addr: int, data: int, strb: int = 0xF) -> int:
+        """Write ``data`` to the word at byte address ``addr``, bytes enabled by ``strb``;
+        returns the response code (``OKAY`` = 0, ``SLVERR`` = 2, ...).
 
-        Returns the response code (``OKAY`` = 0, ``SLVERR`` = 2, ...).
-        """
-        strb = self.strb_all if strb is None else strb
-        self._check(addr, data, strb)
+        ``strb`` must enable one contiguous run of bytes (1, 3, 6, 0xC, 7, 0xF, ...):
+        cocotbext-axi derives WSTRB from the address and length of the data it writes."""
+        self._check(addr, data)
+        lanes = [i for i in range(4) if strb >> i & 1]
+        if not lanes or strb != sum(1 << i for i in range(lanes[0], lanes[-1] + 1)):
+            raise ValueError(f"strb {strb:#x} is not a contiguous, non-empty run of bytes")
+        first, last = lanes[0], lanes[-1]
+        payload = int(data).to_bytes(4, "little")[first:last + 1]
         async with self._lock:
-            return await self._write(addr, data, strb)
-
-    async def _write(self, addr, data, strb):
-        rng = self.rng
-        aw_wait, w_wait = self._wait(), self._wait()
-        aw_done = w_done = False
-        resp = None
-        for cycle in range(self.timeout):
-            await FallingEdge(self.clk)
-            aw_on = not aw_done and cycle >= aw_wait
-            w_on = not w_done and cycle >= w_wait
-            b_on = self._ready()
-            self.awvalid.value = int(aw_on)
-            self.awaddr.value = addr if aw_on else rng.getrandbits(self.addr_bits)
-            self.wvalid.value = int(w_on)
-            self.wdata.value = data if w_on else rng.getrandbits(self.data_bits)
-            self.wstrb.value = strb if w_on else rng.getrandbits(self.data_bits // 8)
-            self.bready.value = b_on
-            await ReadOnly()
-            if self.bvalid.value:
-                if not (aw_done and w_done):
-                    raise AxiLiteProtocolError(
-                        f"write {addr:#x}: BVALID before both AW and W were accepted")
-                if b_on:
-                    resp = int(self.bresp.value)
-            aw_done |= aw_on and bool(self.awready.value)
-            w_done |= w_on and bool(self.wready.value)
-            if resp is not None:
-                break
-        else:
-            raise AxiLiteProtocolError(f"write {addr:#x}: no response in {self.timeout} cycles")
-        await FallingEdge(self.clk)
-        self.awvalid.value = 0
-        self.wvalid.value = 0
-        self.bready.value = 0
-        return resp
+            resp = await self._timed(self.master.write((addr & ~3) + first, payload),
+                                     f"write {addr:#x}")
+        return int(resp.resp)
 
     async def read(self, addr: int) -> tuple[int, int]:
-        """Read byte address ``addr``; returns ``(data, resp)``."""
+        """Read the word at byte address ``addr``; returns ``(data, resp)``."""
         self._check(addr)
         async with self._lock:
-            return await self._read(addr)
-
-    async def _read(self, addr):
-        ar_wait = self._wait()
-        ar_done = False
-        seen = None
-        for cycle in range(self.timeout):
-            await FallingEdge(self.clk)
-            ar_on = not ar_done and cycle >= ar_wait
-            r_on = self._ready()
-            self.arvalid.value = int(ar_on)
-            self.araddr.value = addr if ar_on else self.rng.getrandbits(self.addr_bits)
-            self.rready.value = r_on
-            await ReadOnly()
-            if self.rvalid.value:
-                if not ar_done:
-                    raise AxiLiteProtocolError(f"read {addr:#x}: RVALID before AR was accepted")
-                now = (int(self.rdata.value), int(self.rresp.value))
-                if seen not in (None, now):
-                    raise AxiLiteProtocolError(
-                        f"read {addr:#x}: RDATA/RRESP changed while waiting for RREADY")
-                seen = now
-                if r_on:
-                    break
-            elif seen is not None:
-                raise AxiLiteProtocolError(f"read {addr:#x}: RVALID dropped before RREADY")
-            ar_done |= ar_on and bool(self.arready.value)
-        else:
-            raise AxiLiteProtocolError(f"read {addr:#x}: no data in {self.timeout} cycles")
-        await FallingEdge(self.clk)
-        self.arvalid.value = 0
-        self.rready.value = 0
-        return seen
+            resp = await self._timed(self.master.read(addr & ~3, 4), f"read {addr:#x}")
+        return int.from_bytes(bytes(resp.data), "little"), int(resp.resp)
 
     async def write_block(self, addr: int, words) -> list[int]:
         """Write consecutive 32-bit ``words`` from ``addr`` up; returns the responses."""
-        step = self.data_bits // 8
-        return [await self.write(addr + step * i, int(w)) for i, w in enumerate(words)]
+        return [await self.write(addr + 4 * i, int(w)) for i, w in enumerate(words)]
+
+
+class AxiStreamWords:
+    """AXI4-Stream source or sink of 32-bit words: cocotbext-axi's ``AxiStreamSource`` or
+    ``AxiStreamSink`` (no TKEEP: every word is whole) with a pause generator of probability
+    ``pause`` (a source's idle cycles, a sink's backpressure)."""
+
+    def __init__(self, dut, prefix: str, clk, reset=None, *, sink: bool, pause: float = 0.0,
+                 seed: int = 0):
+        from cocotbext.axi import AxiStreamBus, AxiStreamSink, AxiStreamSource
+        bus = AxiStreamBus.from_prefix(dut, prefix)
+        self.model = (AxiStreamSink if sink else AxiStreamSource)(bus, clk, reset)
+        _quiet(self.model)
+        self.clk = clk
+        gen = pause_generator(pause, seed)
+        if gen is not None:
+            self.model.set_pause_generator(gen)
+
+    async def send(self, words, timeout: int | None = None) -> bool:
+        """Send ``words`` as one packet (TLAST on the last); True once all were taken, False
+        if they were not within ``timeout`` cycles (the rest is then dropped)."""
+        from cocotbext.axi import AxiStreamFrame
+        data = b"".join(int(w).to_bytes(4, "little") for w in words)
+        await self.model.send(AxiStreamFrame(data))
+        done = cocotb.start_soon(self.model.wait())
+        try:
+            if timeout is None:
+                await done
+                return True
+            await First(done, ClockCycles(self.clk, timeout))
+            if done.done():
+                return True
+            self.model.clear()
+            return False
+        finally:
+            if not done.done():
+                done.cancel()
+
+    async def receive(self, timeout: int | None = None) -> list[int] | None:
+        """The next packet's words (up to TLAST); None if none completed within ``timeout``
+        cycles. Cancelling the caller cancels the wait, so no later packet is lost to it."""
+        task = cocotb.start_soon(self.model.recv())
+        try:
+            if timeout is None:
+                await task
+            else:
+                await First(task, ClockCycles(self.clk, timeout))
+            if not task.done():
+                return None
+            data = bytes(task.result().tdata)
+        finally:
+            if not task.done():
+                task.cancel()
+        return [int.from_bytes(data[i:i + 4], "little") for i in range(0, len(data), 4)]
+
+    def clear(self) -> None:
+        self.model.clear()

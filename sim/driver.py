@@ -12,9 +12,11 @@
 ``run_overlapped`` uses the double buffers: each sequence starts as soon as STATUS.START_READY
 allows, while the previous ones compute and stream out.
 
-Everything goes through the real interfaces (bus models of :mod:`sim.bus`): AXI4-Lite for
-registers and weights, AXI4-Stream for activations. Register addresses and fields come from
-:func:`hw.bus.regmap.build_regmap`, so the driver follows the map.
+Everything goes through the real interfaces (cocotbext-axi models, :mod:`sim.bus`): AXI4-Lite
+for registers and weights, AXI4-Stream for activations, with :class:`sim.axi_monitor.AxiMonitor`
+checking the AXI rules on every cycle (``drv.monitor``; it also places TLAST on each output
+packet). Register addresses and fields come from :func:`hw.bus.regmap.build_regmap`, so the
+driver follows the map.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from cocotb.utils import get_sim_time
 from golden.config import AttentionConfig
 from hw.bus.regmap import ERROR_CAUSES, RESP_OKAY, build_regmap, pack_window, param_values
 
-from sim.bus import AxiLiteMaster, StreamSink, StreamSource, pack_rows, unpack_words
+from sim.axi_monitor import AxiMonitor
+from sim.bus import AxiLiteMaster, AxiStreamWords, pack_rows, unpack_words
 
 __all__ = ["AttentionDriver", "RunResult", "cause_names"]
 
@@ -60,8 +63,8 @@ class AttentionDriver:
     """Drives one ``attention_top`` instance.
 
     ``idle`` and ``backpressure`` are the probabilities of an idle cycle on the input stream
-    and of ``tready`` low on the output stream; ``bus_delay`` randomises the AXI4-Lite
-    master's valid/ready timing (see :class:`sim.bus.AxiLiteMaster`); ``seed`` makes them
+    and of ``tready`` low on the output stream; ``bus_delay`` pauses every AXI4-Lite channel
+    with that probability (see :class:`sim.bus.AxiLiteMaster`); ``seed`` makes them
     repeatable.
     """
 
@@ -71,10 +74,14 @@ class AttentionDriver:
         self.dut, self.cfg = dut, cfg
         self.rmap = build_regmap(cfg)
         self.period_ns = period_ns
-        self.bus = AxiLiteMaster(dut, dut.clk, prefix="s_axi", delay=bus_delay, seed=seed)
-        self.source = StreamSource(dut, "s_axis", clk=dut.clk, idle=idle, seed=seed)
-        self.sink = StreamSink(dut, "m_axis", clk=dut.clk, backpressure=backpressure,
-                               seed=seed + 1)
+        self.bus = AxiLiteMaster(dut, dut.clk, "s_axi", reset=dut.rst, delay=bus_delay,
+                                 seed=seed)
+        self.source = AxiStreamWords(dut, "s_axis", dut.clk, dut.rst, sink=False, pause=idle,
+                                     seed=seed)
+        self.sink = AxiStreamWords(dut, "m_axis", dut.clk, dut.rst, sink=True,
+                                   pause=backpressure, seed=seed + 1)
+        self.monitor = AxiMonitor(dut)
+        self.out_words = cfg.d_model // 4      # output words per row
         self._bus_lock = Lock()     # overlapped runs use the bus from two coroutines
 
     def addr(self, reg: str) -> int:
@@ -124,21 +131,20 @@ class AttentionDriver:
         await self.write("STATUS", self.bit("STATUS", "DONE") | self.bit("STATUS", "ERROR"))
 
     async def run(self, x, kv=None, *, causal: bool = False, key_len: int | None = None,
-                  words: list[int] | None = None, last_at: int | None = None,
-                  seq_len: int | None = None, kv_len: int | None = None,
-                  timeout: int = 5_000_000) -> RunResult:
-        """One sequence. ``words``/``last_at``/``seq_len``/``kv_len`` override what is sent
-        and programmed (for error tests); by default they follow ``x`` and ``kv``."""
+                  words: list[int] | None = None, seq_len: int | None = None,
+                  kv_len: int | None = None, timeout: int = 5_000_000) -> RunResult:
+        """One sequence. ``words`` (one packet, TLAST on its last word), ``seq_len`` and
+        ``kv_len`` override what is sent and programmed (for error tests); by default they
+        follow ``x`` and ``kv`` (cross-attention: two packets)."""
         x = np.asarray(x)
         seq_len = len(x) if seq_len is None else seq_len
         cross = kv is not None
         if kv_len is None:
             kv_len = len(kv) if cross else 0
-        if words is None:
-            words = pack_rows(x) + (pack_rows(kv) if cross else [])
-        lasts = None
-        if last_at is None and cross:
-            lasts = len(x) * self.cfg.d_model // 4 - 1
+        packets = ([words] if words is not None
+                   else [pack_rows(x)] + ([pack_rows(kv)] if cross else []))
+        n_words = sum(len(p) for p in packets)
+        self.sink.clear()
         await self.clear_status()
         await self.write("SEQ_LEN", seq_len)
         await self.write("KV_LEN", kv_len)
@@ -152,11 +158,11 @@ class AttentionDriver:
             return RunResult(None, 0, 0, status, await self.read("ERROR_CAUSE"))
 
         async def send():
-            if lasts is not None:        # x then kv, each closed by tlast
-                n = await self.source.send(words[:lasts + 1])
-                return n + await self.source.send(words[lasts + 1:])
-            return await self.source.send(words, last_at=last_at)
+            for p in packets:
+                await self.source.send(p)
 
+        beats0 = self.monitor.beats["s_axis"]
+        self.monitor.expect_packet(seq_len * self.out_words)
         send_task = cocotb.start_soon(send())
         recv_task = cocotb.start_soon(self.sink.receive(timeout=timeout))
         if not int(self.dut.irq.value):
@@ -166,21 +172,19 @@ class AttentionDriver:
         out = None
         got = []
         if status & self.bit("STATUS", "DONE"):
-            got, complete = await recv_task
-            assert complete, "DONE without the final output word"
+            got = await recv_task
+            assert got is not None, "DONE without the final output word"
             out = np.array(unpack_words(got, self.cfg.d_model), dtype=np.int64)
         else:
             recv_task.cancel()
-            self.sink.ready.value = 0
+            self.monitor.forget_packets()
         if not send_task.done():
             # After STREAM_LONG the engine drains the rest of the stream; give it time.
-            await First(send_task, ClockCycles(self.dut.clk, 4 * len(words) + 100))
-        if send_task.done():
-            sent = send_task.result()
-        else:
+            await First(send_task, ClockCycles(self.dut.clk, 4 * n_words + 100))
+        if not send_task.done():
             send_task.cancel()
-            self.source.valid.value = 0
-            sent = -1
+            self.source.clear()
+        sent = self.monitor.beats["s_axis"] - beats0
         cycles = await self.read("CYCLES")
         busy = await self.read("BUSY_CYCLES")
         stall = await self.read("STALL_CYCLES")
@@ -198,15 +202,16 @@ class AttentionDriver:
         order, with its counters (read right after its output's last word) and the cycle of
         that word (``end_cycle``). Raises AssertionError when a START is refused.
         """
+        self.sink.clear()
         await self.clear_status()
         ready = self.bit("STATUS", "START_READY")
         results: list[RunResult] = []
 
         async def receiver():
             for run in runs:
-                got, complete = await self.sink.receive(timeout=timeout)
+                got = await self.sink.receive(timeout=timeout)
                 end = self.cycle()
-                assert complete, f"sequence {len(results)}: no final output word"
+                assert got is not None, f"sequence {len(results)}: no final output word"
                 out = np.array(unpack_words(got, self.cfg.d_model), dtype=np.int64)
                 counts = [await self.read(r) for r in ("CYCLES", "BUSY_CYCLES", "STALL_CYCLES")]
                 results.append(RunResult(out, counts[0], counts[1], 0, 0, 0, got, counts[2],
@@ -221,6 +226,7 @@ class AttentionDriver:
                 await ClockCycles(self.dut.clk, 8)
             else:
                 raise AssertionError(f"sequence {i}: START_READY never came")
+            self.monitor.expect_packet(len(x) * self.out_words)
             await self.write("SEQ_LEN", len(x))
             await self.write("KV_LEN", len(kv) if kv is not None else 0)
             await self.write("KEY_LEN", run.get("key_len") or 0)
