@@ -17,6 +17,8 @@ Commands (``python -m hw COMMAND --help`` gives each one's options):
 - ``synth-blocks``  ECP5 synthesis of the matrix engine and the softmax unit (``make synth-blocks``)
 - ``sta``           static timing of a routed SDF (options of :mod:`hw.flow.sta`)
 - ``formal``        SymbiYosys proofs of the bus interfaces (``make formal``; :mod:`sim.formal`)
+- ``soak``          random layers, stalls, resets and bad settings against golden (``make soak``;
+  :mod:`sim.soak`)
 
 Every command takes ``--config FILE`` where it builds something for a configuration (default
 ``configs/default.toml`` of this repository). An invalid or unreadable configuration, a
@@ -406,6 +408,33 @@ def cmd_formal(args) -> int:
     return 0
 
 
+def cmd_soak(args) -> int:
+    from sim.soak import SoakError, clean, run_soak
+    cfg = _config(args)
+    _need("--values", args.values, 1)
+    _need("--replay", args.replay, 0)
+    bad = []
+    for simulator in args.sim:
+        try:
+            s = run_soak(cfg, args.config, simulator, args.values, args.seed, Path(args.out),
+                         replay=args.replay)
+        except SoakError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        print(f"soak {cfg.name} {simulator} (seed {args.seed}): {s['events']} events, "
+              f"{s['runs']} runs, {s['values']:,} values checked, {s['mismatches']} "
+              f"mismatches, {s['violations']} protocol violations, {s['hangs']} hangs, "
+              f"{s['failed_events']} failed events, {s['sim_cycles']:,} cycles in "
+              f"{s['wall_s_total']:.0f} s")
+        if not clean(s):
+            bad.append(simulator)
+    if bad:
+        print(f"error: the soak found faults in {', '.join(bad)}: see {args.out}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_run(args) -> int:
     from sim.float_run import LayerFileError, run_float
     from sim.host import RunError
@@ -569,6 +598,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--only", nargs="+", default=None, metavar="CHECK",
                    help="run only these checks (names as in formal.json)")
     p.add_argument("--out", default="build/formal")
+
+    p = command("soak", cmd_soak, "random layers, modes, lengths, stalls, resets and bad "
+                "settings on the generated top, every output value against golden")
+    p.add_argument("--sim", nargs="+", default=["icarus", "verilator"],
+                   choices=("icarus", "verilator"))
+    p.add_argument("--values", type=int, default=100_000,
+                   help="output values to compare per simulator (100000)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--replay", type=int, default=None, metavar="EVENT",
+                   help="run only this event (its index in events.jsonl)")
+    p.add_argument("--out", default="build/soak")
 
     for name, module, help in (
             ("synth", "hw.flow.synth", "the whole top through Yosys and nextpnr "

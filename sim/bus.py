@@ -232,6 +232,14 @@ def _bus_prefix(dut, prefix: str, name: str) -> str:
     raise AttributeError(f"no signal {prefix}_{name} or {prefix}__{name} in {dut._name}")
 
 
+def _set_pauses(model, gen) -> None:
+    """Install pause generator ``gen`` on a cocotbext-axi model; None: never paused (a
+    cleared generator leaves the pause flag as it was)."""
+    model.set_pause_generator(gen)
+    if gen is None:
+        model.pause = False
+
+
 def _quiet(*models) -> None:
     """cocotbext-axi logs every transaction at INFO (whole frames as bytes): warnings only."""
     for model in models:
@@ -271,14 +279,16 @@ class AxiLiteMaster:
         self.clk = clk
         self.addr_bits = len(bus.write.aw.awaddr)
         self.timeout = timeout
+        self.set_delay(delay, seed)
+        # Transactions one at a time, in call order (as the register tests expect).
+        self._lock = Lock()
+
+    def set_delay(self, delay: float, seed: int) -> None:
+        """Pause every channel with probability ``delay`` per cycle from now on."""
         wr, rd = self.master.write_if, self.master.read_if
         for i, channel in enumerate((wr.aw_channel, wr.w_channel, wr.b_channel,
                                      rd.ar_channel, rd.r_channel)):
-            gen = pause_generator(delay, seed * 8 + i)
-            if gen is not None:
-                channel.set_pause_generator(gen)
-        # Transactions one at a time, in call order (as the register tests expect).
-        self._lock = Lock()
+            _set_pauses(channel, pause_generator(delay, seed * 8 + i))
 
     def _check(self, addr: int, data: int | None = None):
         if not 0 <= addr < 1 << self.addr_bits:
@@ -336,9 +346,11 @@ class AxiStreamWords:
         self.model = (AxiStreamSink if sink else AxiStreamSource)(bus, clk, reset)
         _quiet(self.model)
         self.clk = clk
-        gen = pause_generator(pause, seed)
-        if gen is not None:
-            self.model.set_pause_generator(gen)
+        self.set_pause(pause, seed)
+
+    def set_pause(self, pause: float, seed: int) -> None:
+        """Pause with probability ``pause`` per cycle from now on."""
+        _set_pauses(self.model, pause_generator(pause, seed))
 
     async def send(self, words, timeout: int | None = None) -> bool:
         """Send ``words`` as one packet (TLAST on the last); True once all were taken, False

@@ -70,7 +70,7 @@ class AttentionDriver:
 
     def __init__(self, dut, cfg: AttentionConfig, *, idle: float = 0.0,
                  backpressure: float = 0.0, bus_delay: float = 0.0, seed: int = 0,
-                 period_ns: int = 10):
+                 period_ns: int = 10, strict_monitor: bool = True):
         self.dut, self.cfg = dut, cfg
         self.rmap = build_regmap(cfg)
         self.period_ns = period_ns
@@ -80,9 +80,15 @@ class AttentionDriver:
                                      seed=seed)
         self.sink = AxiStreamWords(dut, "m_axis", dut.clk, dut.rst, sink=True,
                                    pause=backpressure, seed=seed + 1)
-        self.monitor = AxiMonitor(dut)
+        self.monitor = AxiMonitor(dut, strict=strict_monitor)
         self.out_words = cfg.d_model // 4      # output words per row
         self._bus_lock = Lock()     # overlapped runs use the bus from two coroutines
+
+    def set_stalls(self, idle: float, backpressure: float, bus_delay: float, seed: int):
+        """New stall probabilities (see the class) from now on."""
+        self.source.set_pause(idle, seed)
+        self.sink.set_pause(backpressure, seed + 1)
+        self.bus.set_delay(bus_delay, seed + 2)
 
     def addr(self, reg: str) -> int:
         return self.rmap[reg].offset

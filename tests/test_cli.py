@@ -105,6 +105,7 @@ COMMANDS = {
     "sta": [str(REPO_ROOT / "build" / "test-cli" / "absent.sdf")],
     "run": ["--idle", "1.5"],
     "formal": ["--only", "nonesuch"],
+    "soak": ["--values", "0"],
 }
 # Options a command cannot run without (the files need not exist: the configuration and the
 # option values are checked first).

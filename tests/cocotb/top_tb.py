@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 import cocotb
-from cocotb.triggers import ClockCycles
+from cocotb.triggers import ClockCycles, RisingEdge
 
 import golden as g
 from sim.bus import pack_rows, unpack_words
@@ -168,29 +168,46 @@ async def errors_recover(dut):
 
 
 @cocotb.test()
-async def reset_mid_run(dut):
-    """A reset in the middle of a run recovers; resident weights survive (commit again)."""
+async def reset_in_each_phase(dut):
+    """A reset while a run loads its input, computes, or streams its output: the engine is
+    idle after it, WEIGHTS_VALID low; the weights (block RAM) survive, so rewriting the
+    parameters (registers, reset to 0) and committing is enough for exact runs again."""
     drv = driver(dut, 20)
     await drv.start()
     await drv.load_layer(LAYER)
     run = RUNS[0]
-    await drv.clear_status()
-    await drv.write("SEQ_LEN", len(run["x"]))
-    await drv.write("KEY_LEN", 0)
-    await drv.write("CTRL", drv.bit("CTRL", "START"))
     words = pack_rows(run["x"])
-    await drv.source.send(words)
-    await ClockCycles(dut.clk, 50)          # somewhere in the projections
-    assert (await drv.read("STATUS")) & drv.bit("STATUS", "BUSY")
-    await drv.reset()
-    assert not (await drv.read("STATUS")) & drv.bit("STATUS", "BUSY")
-    assert not (await drv.read("STATUS")) & drv.bit("STATUS", "WEIGHTS_VALID")
-    # The parameters are registers and reset to 0: START without them is refused.
-    assert await drv.write("WEIGHTS_COMMIT", 1) == 0
-    res = await drv.run(run["x"])
-    assert res.errors == ["BAD_SHIFT"], res.errors
-    # The weights themselves are block RAM and survive: rewrite the parameters only.
-    await drv.load_layer(LAYER, weights=False)
-    for r in RUNS[:2]:
-        res = await drv.run(r["x"], r.get("kv"), causal=r["causal"], key_len=r["key_len"])
-        check(res, r, f"after reset: {describe(r)}")
+    beats = drv.monitor.beats
+    for phase in ("load", "compute", "stream"):
+        await drv.clear_status()
+        await drv.write("SEQ_LEN", len(run["x"]))
+        await drv.write("KEY_LEN", 0)
+        await drv.write("CTRL", drv.bit("CTRL", "START"))
+        in0, out0 = beats["s_axis"], beats["m_axis"]
+        if phase == "load":
+            send = cocotb.start_soon(drv.source.send(words))
+            while beats["s_axis"] - in0 < len(words) // 2:
+                await RisingEdge(dut.clk)
+            send.cancel()
+        else:
+            await drv.source.send(words)
+            if phase == "compute":
+                await ClockCycles(dut.clk, 50)         # in the projections
+            else:
+                while beats["m_axis"] == out0:
+                    await RisingEdge(dut.clk)
+        assert (await drv.read("STATUS")) & drv.bit("STATUS", "BUSY"), phase
+        await drv.reset()
+        drv.source.clear()
+        drv.sink.clear()
+        status = await drv.read("STATUS")
+        assert not status & drv.bit("STATUS", "BUSY"), phase
+        assert not status & drv.bit("STATUS", "WEIGHTS_VALID"), phase
+        # The parameters are registers and reset to 0: START without them is refused.
+        assert await drv.write("WEIGHTS_COMMIT", 1) == 0
+        res = await drv.run(run["x"])
+        assert res.errors == ["BAD_SHIFT"], (phase, res.errors)
+        await drv.load_layer(LAYER, weights=False)
+        for r in RUNS[:2]:
+            res = await drv.run(r["x"], r.get("kv"), causal=r["causal"], key_len=r["key_len"])
+            check(res, r, f"after a reset in {phase}: {describe(r)}")
