@@ -9,6 +9,8 @@
 # make bench [CONFIG=...]                cycle benchmarks: matrix engine, softmax, whole layer
 #                                        (build/bench/bench.json and bench.png)
 # make formal [CONFIG=...]               SymbiYosys: bus interface proofs, build/formal/formal.json
+# make soak [SOAK_CONFIGS=...]           random runs, stalls, resets, bad settings against golden
+#                                        in both simulators, build/soak/*/summary.json
 # make synth-blocks [CONFIG=...]         ECP5 resources of the matrix engine and softmax unit
 # make synth [TARGET=ecp5|ice40|xc7] [CONFIG=...]  whole top: resources, Fmax, build/synth/<target>/report.json
 #                                        [SYNTH_ARGS="--sdf --seed 2 ..."]: more options
@@ -25,7 +27,7 @@ TARGET  ?= ecp5
 JOBS    ?= auto
 SYNTH_ARGS ?=
 
-.PHONY: .simulators all setup verilog test test-fast accuracy lint bench formal synth-blocks synth clean distclean help
+.PHONY: .simulators all setup verilog test test-fast accuracy lint bench formal soak synth-blocks synth clean distclean help
 
 all: verilog
 
@@ -72,6 +74,13 @@ bench: setup
 
 formal: setup
 	$(PY) -m hw formal --config $(CONFIG) --out build/formal
+
+# The shipped configurations small enough to simulate 10^5 output values in minutes
+# (bert-base is not: docs/verification.md).
+SOAK_CONFIGS ?= configs/tiny.toml configs/default.toml
+soak: setup
+	@for c in $(SOAK_CONFIGS); do \
+	  $(PY) -m hw soak --config $$c --sim icarus verilator --out build/soak || exit 1; done
 
 synth-blocks: setup
 	$(PY) -m hw synth-blocks --config $(CONFIG)
