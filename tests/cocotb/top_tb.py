@@ -101,7 +101,8 @@ async def sequences_overlapped(dut):
 
 @cocotb.test()
 async def errors_recover(dut):
-    """Each bad setting raises its ERROR_CAUSE, leaves the engine idle and weights intact."""
+    """Each bad setting raises its ERROR_CAUSE, leaves the engine idle and weights intact;
+    bus misuse answers SLVERR or is ignored; every next valid run is exact."""
     drv = driver(dut, 10)
     await drv.start()
     run = RUNS[0]
@@ -143,6 +144,19 @@ async def errors_recover(dut):
     await drv.load_layer(LAYER, weights=False)
     good = await drv.run(run["x"], causal=run["causal"], key_len=run["key_len"])
     check(good, run, "valid run after BAD_SHIFT")
+
+    # Bus misuse: an unmapped address answers SLVERR to a write and a read, a write to a
+    # read-only register is ignored (OKAY); nothing else changes.
+    used = {r.offset for r in drv.rmap}
+    hole = next(a for a in range(0, drv.rmap.window_base, 4) if a not in used)
+    assert await drv.bus.write(hole, 0xFFFFFFFF) == 2
+    assert (await drv.bus.read(hole))[1] == 2
+    cycles = await drv.read("CYCLES")
+    assert await drv.write("CYCLES", cycles ^ 0xFFFF) == 0
+    assert await drv.read("CYCLES") == cycles
+    assert await drv.read("ERROR_CAUSE") == 0
+    good = await drv.run(run["x"], causal=run["causal"], key_len=run["key_len"])
+    check(good, run, "valid run after bus misuse")
 
     # START while busy, and a weight write while busy: both refused, the run unharmed.
     await drv.clear_status()
