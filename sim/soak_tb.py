@@ -315,5 +315,6 @@ async def soak(dut):
     s.stats.update(violations=len(s.drv.monitor.violations),
                    first_violations=s.drv.monitor.violations[:5],
                    sim_cycles=s.drv.cycle(), wall_s=round(time.monotonic() - t0, 1))
+    s.log.close()
     with open(job["summary"], "w") as fh:
         json.dump(s.stats, fh, indent=2)
