@@ -9,13 +9,14 @@ import random
 
 import numpy as np
 import pytest
-from amaranth.hdl import Fragment
+from amaranth.hdl import Fragment, signed
 
 from golden import load_config
-from golden.softmax import softmax_exp
+from golden.fixed import round_shift
+from golden.softmax import exp2_neg, softmax_exp
 from hw.gen.verilog import REPO_ROOT
 from hw.blocks.divider import ReciprocalDivider
-from hw.blocks.exp2 import Exp2Unit
+from hw.blocks.exp2 import Exp2Table, Exp2Unit, ExpScale
 from hw.perf.softmax import softmax_cycles, softmax_schedule
 from hw.blocks.softmax import SoftmaxGeometry, SoftmaxUnit
 from sim.amaranth_streams import StreamConsumer, StreamProducer, simulate
@@ -72,10 +73,69 @@ def test_exp2_matches_golden(cfg):
     assert got[(big, 1)][0] == 1 << cfg.exp_bits
 
 
+def _pipeline(dut, lat, inputs, set_input, output):
+    """Feed ``inputs`` one per cycle into a pipeline without flow control of latency ``lat``;
+    returns the outputs, one per input."""
+    out = []
+
+    async def tb(ctx):
+        for k in range(len(inputs) + lat):
+            if k < len(inputs):
+                set_input(ctx, inputs[k])
+            await ctx.tick()
+            if k + 1 >= lat:
+                out.append(ctx.get(output))
+
+    _run(dut, tb)
+    return np.array(out[:len(inputs)])
+
+
+@pytest.mark.parametrize("frac_bits", [16, 8])
+def test_exp2_table_every_code(frac_bits):
+    """The table half on its own at another output width (the tiled softmax's UQ1.16): every
+    (n, f) code against golden ``exp2_neg``."""
+    cfg = DEFAULT
+    F = cfg.exp_frac_bits
+    n_max = frac_bits + 2
+    codes = [(n, f) for n in range(n_max + 1) for f in range(1 << F)]
+    dut = Exp2Table(cfg, frac_bits)
+
+    def put(ctx, code):
+        ctx.set(dut.n, code[0])
+        ctx.set(dut.f, code[1])
+
+    got = _pipeline(dut, Exp2Table.LATENCY, codes, put, dut.exp)
+    u = np.array([(n << F) | f for n, f in codes], dtype=np.int64)
+    np.testing.assert_array_equal(got, exp2_neg(u, cfg, frac_bits))
+    assert got[0] == 1 << frac_bits
+
+
+def test_exp_scale_signed_scores():
+    """The scaling half on signed scores (the tiled softmax): arithmetic shift, ties up."""
+    cfg = DEFAULT
+    rng = np.random.default_rng(3)
+    lo, hi = -(1 << (cfg.score_bits - 1)), (1 << (cfg.score_bits - 1)) - 1
+    xs = np.concatenate([[lo, hi, 0, -1, 1, -2, 2], rng.integers(lo, hi + 1, 300),
+                         rng.integers(-4096, 4096, 300)]).astype(np.int64)
+    big = (1 << cfg.exp_mult_bits) - 1
+    dut = ExpScale(cfg, signed(cfg.score_bits))
+    for mult, shift in [(big, 1), (big, 62), (23170, 14), (1, 1), (1234, 9)]:
+        def put(ctx, x, mult=mult, shift=shift):
+            ctx.set(dut.x, int(x))
+            ctx.set(dut.exp_mult, mult)
+            ctx.set(dut.exp_shift, shift)
+
+        got = _pipeline(dut, ExpScale.LATENCY, xs, put, dut.scaled)
+        np.testing.assert_array_equal((got + 1) >> 1, round_shift(xs * mult, shift),
+                                      err_msg=f"{mult=} {shift=}")
+
+
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 def test_exp2_rejects_bad_config():
     with pytest.raises(TypeError, match="AttentionConfig"):
         Exp2Unit({"prob_bits": 8})
+    with pytest.raises(ValueError, match="frac_bits = 31 is out of range: allowed 1..30"):
+        Exp2Table(DEFAULT, 31)
 
 
 # ---------------------------------------------------------------------- divider

@@ -1,11 +1,16 @@
 """Fixed-point base-2 exponential of the softmax: ``E = 2**-(diff * exp_mult * 2**-exp_shift)``.
 
 Hardware counterpart of :func:`golden.softmax.softmax_exp` (steps 2-4 of the softmax method).
+:class:`Exp2Unit` is the whole-row softmax's lane; its two halves are also components of their
+own for the key/value-tiled softmax, which scales the scores before the running maximum and
+exponentiates later at another output width: :class:`ExpScale` (the product and its shift,
+stages 1-6) and :class:`Exp2Table` (table, interpolation and rounding, stages 8-15, the
+golden :func:`golden.softmax.exp2_neg`).
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Const, Module, Signal, unsigned
+from amaranth.hdl import Array, Cat, Const, Module, Shape, Signal, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -15,7 +20,7 @@ from golden.softmax import exp_table
 from hw.blocks.delay import DelayLine
 from hw.blocks.dsp import RegisteredMultiplier, WideMultiplier
 
-__all__ = ["Exp2Unit"]
+__all__ = ["Exp2Unit", "ExpScale", "Exp2Table"]
 
 
 class Exp2Unit(wiring.Component):
@@ -84,39 +89,18 @@ class Exp2Unit(wiring.Component):
 
     def elaborate(self, platform):
         cfg = self._cfg
-        F, T, W = cfg.exp_frac_bits, cfg.exp_table_bits, cfg.exp_bits
-        ib = cfg.exp_interp_bits
+        F, W = cfg.exp_frac_bits, cfg.exp_bits
         n_max = W + 2
         m = Module()
         # No register here has a reset: the unit is a pure pipeline whose owner carries the
         # valid flags (and resets them), and the flush net stays small.
 
-        def delay(value, stages, name):
-            """``value`` through ``stages`` registers."""
-            m.submodules[f"{name}_delay"] = line = DelayLine(value.shape(), stages,
-                                                             reset_less=True)
-            m.d.comb += line.value.eq(value)
-            return line.delayed
-
-        # 1.-4. the product; its width covers the largest diff times the largest multiplier.
-        m.submodules.mult = mult = WideMultiplier(unsigned(cfg.score_diff_bits),
-                                                  unsigned(cfg.exp_mult_bits))
-        m.d.comb += [mult.en.eq(1), mult.a.eq(self.diff), mult.b.eq(self.exp_mult)]
-        prod = delay(mult.p, 4 - mult.latency, "prod_pad")   # one block: latency 3
-
-        # 5./6. round half up as ((x >> (s-1)) + 1) >> 1, which equals (x + 2**(s-1)) >> s for
-        # s >= 1 and needs no variable-position bias constant. The barrel shift is split into
-        # a shift by the multiple of 8 and one by the rest.
-        shift_m1 = Signal(6, reset_less=True)
-        m.d.sync += shift_m1.eq(self.exp_shift - 1)
-        coarse = Signal(len(prod), reset_less=True)
-        scaled = Signal(len(prod), reset_less=True)
-        m.d.sync += [coarse.eq(prod >> Cat(Const(0, 3), shift_m1[3:])),
-                     scaled.eq(coarse >> shift_m1[:3])]
+        # 1.-6. the product and its shift by exp_shift - 1.
+        scaled = scale_stages(m, cfg, self.diff, self.exp_mult, self.exp_shift)
 
         # 7. u = (scaled + 1) >> 1, and u >= n_max * 2**F iff scaled >= 2 n_max 2**F - 1:
         # the comparison runs in parallel with the increment.
-        half = Signal(len(prod) + 1, reset_less=True)
+        half = Signal(len(scaled) + 1, reset_less=True)
         m.d.comb += half.eq(scaled + 1)
         u = half[1:]
         big = Signal(reset_less=True)
@@ -129,46 +113,169 @@ class Exp2Unit(wiring.Component):
             m.d.sync += n1.eq(u >> F)
         m.d.sync += f1.eq(u[:F])
 
-        # 8.-10. table lookups (ROMs of L constants, small: LUTs) and the interpolation product.
-        table = [int(v) for v in exp_table(cfg)]
-        L = len(table) - 1
-        rom = Array(Const(table[i], T + 1) for i in range(L))
-        idx = f1[ib:]
-        t0_8 = Signal(T + 1, reset_less=True)
-        m.d.sync += t0_8.eq(rom[idx])
-        interp_latency = RegisteredMultiplier.latency_for(fabric_reg=True)
-        t0_10 = delay(t0_8, interp_latency - 1, "t0")
-        n10 = delay(n1, interp_latency, "n")
-        if ib:
-            dt_rom = Array(Const(table[i] - table[i + 1], T + 1) for i in range(L))
-            m.submodules.interp = interp = RegisteredMultiplier(unsigned(T + 1), unsigned(ib),
-                                                                fabric_reg=True)
-            m.d.comb += [interp.en.eq(1), interp.a.eq(dt_rom[idx]), interp.b.eq(f1[:ib])]
-            # 11./12. mant = t0 - round_shift(step, ib)
-            rstep = Signal(T + 1, reset_less=True)
-            m.d.sync += rstep.eq((interp.p + (1 << (ib - 1))) >> ib)
-        else:
-            # No interpolation bits: keep the stage count (and so the latency) the same.
-            rstep = Const(0, T + 1)
-        t0_11 = delay(t0_10, 1, "t0_11")
-        n11 = delay(n10, 1, "n_11")
-        mant = Signal(T + 1, reset_less=True)
-        m.d.sync += mant.eq(t0_11 - rstep)
-
-        # 12.-15. E = round_shift(mant, n + T - W). Pre-shifting mant left by K + 1 with
-        # K = max(0, W - T) makes the right shift n + T - W + K + 1 >= 1 for every n, so the
-        # same ((x >> (s-1)) + 1) >> 1 rounding applies; a negative n + T - W stays exact.
-        K = max(0, W - T)
-        amount = Signal(range(n_max + T - W + K + 1), reset_less=True)
-        m.d.sync += amount.eq(n11 + (T - W + K))
-        wide = Signal(T + 1 + K + 1, reset_less=True)
-        m.d.comb += wide.eq(mant << (K + 1))
-        part = Signal(len(wide), reset_less=True)
-        fine = Signal(2, reset_less=True)
-        shifted = Signal(len(wide), reset_less=True)
-        m.d.sync += [part.eq(wide >> Cat(Const(0, 2), amount[2:])), fine.eq(amount[:2]),
-                     shifted.eq(part >> fine)]
-        rounded = Signal(len(wide) + 1, reset_less=True)
-        m.d.comb += rounded.eq(shifted + 1)
-        m.d.sync += self.exp.eq(rounded[1:])
+        # 8.-15. the table, the interpolation and the final rounding shift.
+        m.d.sync += self.exp.eq(table_stages(m, cfg, W, n1, f1))
         return m
+
+
+class Exp2Table(wiring.Component):
+    """``2**-(n + f / 2**F)`` rounded to ``frac_bits`` fraction bits: stages 8-15 of
+    :class:`Exp2Unit`, a fixed-latency pipeline without flow control (:attr:`LATENCY` = 8).
+
+    With ``T = cfg.exp_table_bits``, ``L = cfg.exp_table_size``, ``ib = cfg.exp_interp_bits``
+    and ``W = frac_bits``: the table entry ``t0`` at ``f >> ib`` and the interpolation
+    ``mant = t0 - round_shift((t0 - t1) * (f mod 2**ib), ib)`` (UQ1.T), then
+    ``exp = round_shift(mant, n + T - W)`` (UQ1.W; a negative shift is a left shift). This is
+    :func:`golden.softmax.exp2_neg` for ``u = n * 2**F + f`` with ``n`` already capped at
+    ``W + 2`` (every larger ``n`` gives 0 as well). The whole-row softmax uses ``W =
+    cfg.exp_bits``; the key/value-tiled softmax its unnormalized-probability width.
+
+    Members
+    -------
+    n : In(range(frac_bits + 3))
+        Integer part of the exponent, ``min(u >> F, W + 2)``.
+    f : In(unsigned(cfg.exp_frac_bits))
+        Fraction part, ``u mod 2**F``.
+    exp : Out(unsigned(frac_bits + 1))
+        UQ1.W; ``2**W`` for ``n = f = 0``.
+
+    The caller presents ``n`` and ``f`` from registers; ``exp`` follows :attr:`LATENCY` cycles
+    later, one result per cycle.
+    """
+
+    LATENCY = 8
+
+    def __init__(self, cfg: AttentionConfig, frac_bits: int):
+        if not isinstance(cfg, AttentionConfig):
+            raise TypeError(f"cfg must be an AttentionConfig, not {cfg!r}")
+        if not 1 <= frac_bits <= 30:
+            raise ValueError(f"frac_bits = {frac_bits} is out of range: allowed 1..30")
+        self._cfg, self.frac_bits = cfg, frac_bits
+        super().__init__({
+            "n": In(range(frac_bits + 3)),
+            "f": In(unsigned(cfg.exp_frac_bits)),
+            "exp": Out(unsigned(frac_bits + 1)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.sync += self.exp.eq(table_stages(m, self._cfg, self.frac_bits, self.n, self.f))
+        return m
+
+
+class ExpScale(wiring.Component):
+    """``x * exp_mult >> (exp_shift - 1)``: stages 1-6 of :class:`Exp2Unit`, a fixed-latency
+    pipeline without flow control (:attr:`LATENCY` = 6).
+
+    The caller finishes the rounding: ``(scaled + 1) >> 1`` is ``round_shift(x * exp_mult,
+    exp_shift)`` (ties up) for ``exp_shift >= 1``. The whole-row softmax scales ``max -
+    score`` (unsigned); the key/value-tiled softmax scales the scores themselves (signed; the
+    shift is then arithmetic).
+
+    Members
+    -------
+    x : In(x_shape)
+    exp_mult : In(unsigned(cfg.exp_mult_bits))
+    exp_shift : In(unsigned(6))
+        Meaningful for 1..62 (0 yields garbage, which the owner masks).
+    scaled : Out(Shape(x_shape.width + cfg.exp_mult_bits, x_shape.signed))
+    """
+
+    LATENCY = 6
+
+    def __init__(self, cfg: AttentionConfig, x_shape):
+        if not isinstance(cfg, AttentionConfig):
+            raise TypeError(f"cfg must be an AttentionConfig, not {cfg!r}")
+        self._cfg, self.x_shape = cfg, Shape.cast(x_shape)
+        super().__init__({
+            "x": In(self.x_shape),
+            "exp_mult": In(unsigned(cfg.exp_mult_bits)),
+            "exp_shift": In(unsigned(6)),
+            "scaled": Out(Shape(self.x_shape.width + cfg.exp_mult_bits, self.x_shape.signed)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.scaled.eq(scale_stages(m, self._cfg, self.x, self.exp_mult,
+                                                self.exp_shift))
+        return m
+
+
+# The stages as functions that build into the caller's module, so that Exp2Unit (and with it
+# the whole-row softmax's netlist, which placement seeds are measured on) keeps its flat
+# hierarchy while ExpScale and Exp2Table reuse the same code.
+
+def _delay(m, value, stages, name):
+    """``value`` through ``stages`` registers."""
+    m.submodules[f"{name}_delay"] = line = DelayLine(value.shape(), stages, reset_less=True)
+    m.d.comb += line.value.eq(value)
+    return line.delayed
+
+
+def scale_stages(m, cfg: AttentionConfig, x, exp_mult, exp_shift):
+    """Stages 1-6 into ``m``: returns the register ``x * exp_mult >> (exp_shift - 1)``."""
+    # 1.-4. the product; its width covers the largest x times the largest multiplier.
+    m.submodules.mult = mult = WideMultiplier(x.shape(), unsigned(cfg.exp_mult_bits))
+    m.d.comb += [mult.en.eq(1), mult.a.eq(x), mult.b.eq(exp_mult)]
+    prod = _delay(m, mult.p, 4 - mult.latency, "prod_pad")   # one block: latency 3
+
+    # 5./6. round half up as ((x >> (s-1)) + 1) >> 1, which equals (x + 2**(s-1)) >> s for
+    # s >= 1 and needs no variable-position bias constant. The barrel shift is split into
+    # a shift by the multiple of 8 and one by the rest.
+    shift_m1 = Signal(6, reset_less=True)
+    m.d.sync += shift_m1.eq(exp_shift - 1)
+    coarse = Signal.like(prod, reset_less=True)
+    scaled = Signal.like(prod, reset_less=True)
+    m.d.sync += [coarse.eq(prod >> Cat(Const(0, 3), shift_m1[3:])),
+                 scaled.eq(coarse >> shift_m1[:3])]
+    return scaled
+
+
+def table_stages(m, cfg: AttentionConfig, W: int, n1, f1):
+    """Stages 8-14 into ``m`` from the registers ``n1``, ``f1``: returns the value whose
+    register is stage 15, ``round_shift(mant, n + T - W)`` (UQ1.W)."""
+    T, ib = cfg.exp_table_bits, cfg.exp_interp_bits
+    n_max = W + 2
+
+    # 8.-10. table lookups (ROMs of L constants, small: LUTs) and the interpolation product.
+    table = [int(v) for v in exp_table(cfg)]
+    L = len(table) - 1
+    rom = Array(Const(table[i], T + 1) for i in range(L))
+    idx = f1[ib:]
+    t0_8 = Signal(T + 1, reset_less=True)
+    m.d.sync += t0_8.eq(rom[idx])
+    interp_latency = RegisteredMultiplier.latency_for(fabric_reg=True)
+    t0_10 = _delay(m, t0_8, interp_latency - 1, "t0")
+    n10 = _delay(m, n1, interp_latency, "n")
+    if ib:
+        dt_rom = Array(Const(table[i] - table[i + 1], T + 1) for i in range(L))
+        m.submodules.interp = interp = RegisteredMultiplier(unsigned(T + 1), unsigned(ib),
+                                                            fabric_reg=True)
+        m.d.comb += [interp.en.eq(1), interp.a.eq(dt_rom[idx]), interp.b.eq(f1[:ib])]
+        # 11./12. mant = t0 - round_shift(step, ib)
+        rstep = Signal(T + 1, reset_less=True)
+        m.d.sync += rstep.eq((interp.p + (1 << (ib - 1))) >> ib)
+    else:
+        # No interpolation bits: keep the stage count (and so the latency) the same.
+        rstep = Const(0, T + 1)
+    t0_11 = _delay(m, t0_10, 1, "t0_11")
+    n11 = _delay(m, n10, 1, "n_11")
+    mant = Signal(T + 1, reset_less=True)
+    m.d.sync += mant.eq(t0_11 - rstep)
+
+    # 12.-15. E = round_shift(mant, n + T - W). Pre-shifting mant left by K + 1 with
+    # K = max(0, W - T) makes the right shift n + T - W + K + 1 >= 1 for every n, so the
+    # same ((x >> (s-1)) + 1) >> 1 rounding applies; a negative n + T - W stays exact.
+    K = max(0, W - T)
+    amount = Signal(range(n_max + T - W + K + 1), reset_less=True)
+    m.d.sync += amount.eq(n11 + (T - W + K))
+    wide = Signal(T + 1 + K + 1, reset_less=True)
+    m.d.comb += wide.eq(mant << (K + 1))
+    part = Signal(len(wide), reset_less=True)
+    fine = Signal(2, reset_less=True)
+    shifted = Signal(len(wide), reset_less=True)
+    m.d.sync += [part.eq(wide >> Cat(Const(0, 2), amount[2:])), fine.eq(amount[:2]),
+                 shifted.eq(part >> fine)]
+    rounded = Signal(len(wide) + 1, reset_less=True)
+    m.d.comb += rounded.eq(shifted + 1)
+    return rounded[1:]
