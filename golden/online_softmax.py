@@ -36,7 +36,8 @@ from .config import AttentionConfig
 from .fixed import Requant, as_int64, round_shift, saturate
 from .softmax import exp2_neg
 
-__all__ = ["TiledFormat", "tiled_format", "score_log2", "attend_tiled", "attend_rows"]
+__all__ = ["TiledFormat", "tiled_format", "score_log2", "RowState", "softmax_tile",
+           "attend_tiled", "attend_rows"]
 
 # Fraction bits of E, UQ1.16: the array operand (with its sign) is 18 bits, one ECP5
 # MULT18X18D, and 16 bits keep the mass of many small E (each rounded to 0 below 2**-17 of the
@@ -94,6 +95,46 @@ def score_log2(scores, exp_mult: int, exp_shift: int) -> np.ndarray:
     return round_shift(as_int64(scores) * exp_mult, exp_shift)
 
 
+@dataclass(frozen=True)
+class RowState:
+    """What the tiled softmax keeps per query row between tiles: whether a valid key was seen
+    (``started``), the running maximum ``M`` (integer octaves) and the running sum ``l``."""
+
+    started: np.ndarray
+    row_max: np.ndarray
+    row_sum: np.ndarray
+
+    @classmethod
+    def empty(cls, rows: int) -> "RowState":
+        """The state before a row's first tile."""
+        zeros = np.zeros(rows, dtype=np.int64)
+        return cls(np.zeros(rows, dtype=bool), zeros, zeros.copy())
+
+
+def softmax_tile(cfg: AttentionConfig, fmt: TiledFormat, y, valid, state: RowState):
+    """Steps 2-4 for one tile: ``y`` (rows, keys of the tile) in base-2 units
+    (:func:`score_log2`), ``valid`` the keys that count. Returns ``(E, rise, state)``: the
+    unnormalized probabilities (UQ1.Bt, 0 for masked keys), per row the rescale shift of the
+    running values (``O`` of the caller, and ``l`` here, already applied) and the new state.
+
+    A tile in which a row has no valid key leaves that row's state as it was (rise 0). The
+    rise is capped at ``out_acc_bits + 1``: a larger one empties ``l`` and ``O`` all the same.
+    """
+    F = cfg.exp_frac_bits
+    y = as_int64(y)
+    valid = np.broadcast_to(np.asarray(valid, dtype=bool), y.shape)
+    low = np.iinfo(np.int64).min
+    seen = valid.any(axis=1)
+    tile_max = _ceil_octave(np.where(valid, y, low).max(axis=1), F)
+    m_old, started = state.row_max, state.started
+    m_new = np.where(seen, np.where(started, np.maximum(m_old, tile_max), tile_max), m_old)
+    rise = np.minimum(np.where(started, m_new - m_old, 0), fmt.out_acc_bits + 1)
+    u = np.where(valid, (m_new << F)[:, None] - y, 0)
+    e = np.where(valid, exp2_neg(u, cfg, fmt.prob_bits), 0)
+    lsum = round_shift(state.row_sum, rise) + e.sum(axis=1)
+    return e, rise, RowState(started | seen, m_new, lsum)
+
+
 def _ceil_octave(y, frac_bits: int):
     """``ceil(y / 2**F)`` for signed integers."""
     return -((-as_int64(y)) >> frac_bits)
@@ -141,8 +182,7 @@ def attend_tiled(cfg: AttentionConfig, scores, v, valid, exp_mult: int, exp_shif
     rows, kv_rows = s.shape
     if v.shape[0] != kv_rows:
         raise ValueError(f"v has {v.shape[0]} rows: expected {kv_rows} (one per key)")
-    F, B, R = cfg.exp_frac_bits, cfg.prob_bits, cfg.recip_bits
-    Bt, G = fmt.prob_bits, fmt.norm_guard_bits
+    B, R, G = cfg.prob_bits, cfg.recip_bits, fmt.norm_guard_bits
     if kv_rows > fmt.tiles * fmt.kv_tile:
         raise ValueError(f"{kv_rows} keys exceed the format's {fmt.tiles} tiles of "
                          f"{fmt.kv_tile}: build it with max_kv_len >= {kv_rows}")
@@ -150,30 +190,15 @@ def attend_tiled(cfg: AttentionConfig, scores, v, valid, exp_mult: int, exp_shif
         raise ValueError(f"rq.shift = {rq.shift} is out of range for the tiled path: allowed "
                          f"<= {62 - G} (it shifts by rq.shift + {G})")
     y = score_log2(s, exp_mult, exp_shift)
-    low = np.iinfo(np.int64).min
-
-    started = np.zeros(rows, dtype=bool)
-    m = np.zeros(rows, dtype=np.int64)
-    lsum = np.zeros(rows, dtype=np.int64)
+    state = RowState.empty(rows)
     acc = np.zeros((rows, v.shape[1]), dtype=np.int64)
     rescales = np.zeros(rows, dtype=np.int64)
     for t0 in range(0, kv_rows, fmt.kv_tile):
         cols = slice(t0, min(t0 + fmt.kv_tile, kv_rows))
-        yt, vt = y[:, cols], valid[:, cols]
-        seen = vt.any(axis=1)
-        tile_max = _ceil_octave(np.where(vt, yt, low).max(axis=1), F)
-        m_new = np.where(seen, np.where(started, np.maximum(m, tile_max), tile_max), m)
-        # The rescale: both running values shift by the rise of the maximum. A rise beyond
-        # their width empties them, so the shift is capped there.
-        rise = np.minimum(np.where(started, m_new - m, 0), fmt.out_acc_bits + 1)
+        e, rise, state = softmax_tile(cfg, fmt, y[:, cols], valid[:, cols], state)
         rescales += (rise > 0)
-        lsum = round_shift(lsum, rise)
-        acc = round_shift(acc, rise[:, None])
-        u = np.where(vt, (m_new << F)[:, None] - yt, 0)
-        e = np.where(vt, exp2_neg(u, cfg, Bt), 0)
-        lsum = lsum + e.sum(axis=1)
-        acc = acc + e @ v[cols]
-        m, started = m_new, started | seen
+        acc = round_shift(acc, rise[:, None]) + e @ v[cols]
+    m, lsum, started = state.row_max, state.row_sum, state.started
 
     norm = _normalize(acc, lsum, R, B, G)
     out = saturate(round_shift(norm * rq.mult, rq.shift + G), cfg.act_bits)
