@@ -364,6 +364,17 @@ def cmd_synth_blocks(args) -> int:
     if "softmax" in what:
         from hw.flow.synth_softmax import report_softmax
         report_softmax(cfg, route=not args.no_pnr, seed=args.seed, generic_dsp=args.generic_dsp)
+    if "tile-softmax" in what:
+        from golden.online_softmax import tiled_format
+        from hw.flow.synth_softmax import report_softmax
+        _need("--kv-tile", args.kv_tile, 1, cfg.max_kv_len)
+        _need("--rows", args.rows, 1, cfg.max_seq_len)
+        try:
+            tiled_format(cfg, args.kv_tile)
+        except ValueError as exc:
+            raise UsageError(f"--kv-tile: {exc}") from None
+        report_softmax(cfg, route=not args.no_pnr, seed=args.seed, generic_dsp=args.generic_dsp,
+                       kv_tile=args.kv_tile, rows=args.rows)
     return 0
 
 
@@ -582,7 +593,13 @@ def _parser() -> argparse.ArgumentParser:
 
     p = command("synth-blocks", cmd_synth_blocks, "ECP5 synthesis (and nextpnr) of the matrix "
                 "engine and the softmax unit")
-    p.add_argument("--what", default="all", choices=("matmul", "softmax", "all"))
+    p.add_argument("--what", default="all", choices=("matmul", "softmax", "tile-softmax", "all"),
+                   help="all: matmul and softmax; tile-softmax: the key/value-tiled softmax "
+                   "unit (not yet in the top)")
+    p.add_argument("--kv-tile", type=int, default=64,
+                   help="tile-softmax: keys per tile (64)")
+    p.add_argument("--rows", type=int, default=64,
+                   help="tile-softmax: query rows per tile (64)")
     p.add_argument("--sizes", nargs="+", default=None,
                    help="matmul: array sizes RxC (default: the configuration's)")
     p.add_argument("--no-pnr", action="store_true", help="synthesis only")

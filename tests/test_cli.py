@@ -305,3 +305,10 @@ def test_run_takes_checkpoints_in_every_naming_and_ragged_calibration(capsys, tm
                       "--sim", "golden", "--out", str(tmp_path / "Z.npz"),
                       "--layer-prefix", "encoder.layer.7."],
              "no layer under the prefix 'encoder.layer.7.'")
+
+
+def test_synth_blocks_tile_softmax_options_refused(capsys):
+    _refused(capsys, ["synth-blocks", "--what", "tile-softmax", "--kv-tile", "0"],
+             "--kv-tile 0 is out of range: allowed 1..64")
+    _refused(capsys, ["synth-blocks", "--what", "tile-softmax", "--rows", "65"],
+             "--rows 65 is out of range: allowed 1..64")

@@ -274,42 +274,50 @@ class TileSoftmaxUnit(wiring.Component):
         with m.If(b_valid):
             m.d.sync += waddr.eq(Mux(waddr == self.ring_depth - 1, 0, waddr + 1))
 
-        # c: the beat's masked maximum; then the row's, over its beats.
-        c_valid, c_any = Signal(), Signal()
+        # The row's maximum in octaves: ceil is monotonic, so max(ceil(y / 2**F)) is the ceiling
+        # of the maximum, and the comparisons work on octaves (fewer bits than y). They compare
+        # "keys", the octaves with their sign bit flipped, which order as unsigned numbers as
+        # the octaves do as signed ones; a masked lane's key is 0, the lowest, so no comparison
+        # needs a mask after it (whether any key counted is kept beside).
+        # c: each lane's key; c2: the beat's largest; then the row's, over its beats.
+        ob = self.max_shape.width
+        sign = 1 << (ob - 1)
+        c_valid = Signal()
         c = Signal(side)
-        c_top = Signal(self.y_shape)
-        best = b_y[0]
-        any_ = b_mask[0]
+        c_key = [Signal(ob, name=f"c_key{l}") for l in range(lanes)]
+        c_any = Signal()
+        m.d.sync += [c_valid.eq(b_valid), c.eq(b), c_any.eq(b_mask.any()),
+                     *[c_key[l].eq(Mux(b_mask[l],
+                                       ((b_y[l] + ((1 << F) - 1)) >> F).as_unsigned() ^ sign, 0))
+                       for l in range(lanes)]]
+        c2_valid, c2_any = Signal(), Signal()
+        c2 = Signal(side)
+        c2_key = Signal(ob)
+        best = c_key[0]
         for l in range(1, lanes):
-            take_l = b_mask[l] & (~any_ | (b_y[l] > best))
-            best = Mux(take_l, b_y[l], best)
-            any_ = any_ | b_mask[l]
-        m.d.sync += [c_valid.eq(b_valid), c.eq(b), c_top.eq(best), c_any.eq(any_)]
+            best = Mux(c_key[l] > best, c_key[l], best)
+        m.d.sync += [c2_valid.eq(c_valid), c2.eq(c), c2_any.eq(c_any), c2_key.eq(best)]
         run_any = Signal()
-        run_top = Signal(self.y_shape)
+        run_key = Signal(ob)
         run_beats = Signal(range(self.max_beats + 1))
-        row_any = run_any | c_any
-        row_top = Mux(run_any & (~c_any | (run_top > c_top)), run_top, c_top)
-        with m.If(c_valid):
-            with m.If(c.end):
-                m.d.sync += [run_any.eq(0), run_beats.eq(0)]
+        row_key = Signal(ob)
+        m.d.comb += row_key.eq(Mux(c2_key > run_key, c2_key, run_key))
+        with m.If(c2_valid):
+            # At a row's end the running values restart (a synchronous reset of the
+            # registers, not a multiplexer in the loop).
+            with m.If(c2.end):
+                m.d.sync += [run_any.eq(0), run_key.eq(0), run_beats.eq(0)]
             with m.Else():
-                m.d.sync += [run_any.eq(row_any), run_top.eq(row_top),
+                m.d.sync += [run_any.eq(run_any | c2_any), run_key.eq(row_key),
                              run_beats.eq(run_beats + 1)]
 
-        # d: the row's end, then its ceiling in octaves into the row queue.
-        d_valid, d_any = Signal(), Signal()
-        d = Signal(side)
-        d_top = Signal(self.y_shape)
-        d_beats = Signal.like(run_beats)
-        m.d.sync += [d_valid.eq(c_valid & c.end), d.eq(c), d_top.eq(row_top), d_any.eq(row_any),
-                     d_beats.eq(run_beats + 1)]
+        # The row's end into the row queue.
         w = row_q.w_stream
-        m.d.sync += [w.valid.eq(d_valid),
-                     w.payload.max.eq((d_top + ((1 << F) - 1)) >> F),
-                     w.payload.seen.eq(d_any), w.payload.beats.eq(d_beats),
-                     w.payload.slot.eq(d.slot), w.payload.rows.eq(d.rows),
-                     w.payload.first.eq(d.first), w.payload.final.eq(d.final)]
+        m.d.sync += [w.valid.eq(c2_valid & c2.end),
+                     w.payload.max.eq((row_key ^ sign).as_signed()),
+                     w.payload.seen.eq(run_any | c2_any), w.payload.beats.eq(run_beats + 1),
+                     w.payload.slot.eq(c2.slot), w.payload.rows.eq(c2.rows),
+                     w.payload.first.eq(c2.first), w.payload.final.eq(c2.final)]
 
     def _state(self, m, row_q, exp_q, info_q, released):
         """Per row: read ``(started, M)``, compute ``M'`` and ``rise``, write them back, queue
@@ -337,7 +345,8 @@ class TileSoftmaxUnit(wiring.Component):
                      outstanding.eq(outstanding + go
                                     - (self.row_info.valid & self.row_info.ready))]
 
-        # A: read issued with the pop; B: state read; C: M'; D: rise, write back, queue.
+        # A: read issued with the pop; B: state read; C: M', written back; D: the rise; then
+        # the queue.
         a_valid = Signal()
         a = Signal.like(head)
         m.d.sync += [a_valid.eq(go), a.eq(head)]
@@ -352,15 +361,21 @@ class TileSoftmaxUnit(wiring.Component):
         m.d.sync += [c_valid.eq(b_valid), c.eq(b), c_started.eq(b_started), c_old.eq(b_old.max),
                      c_new.eq(Mux(b.seen & (~b_started | (b.max > b_old.max)), b.max,
                                   b_old.max))]
-        diff = Signal(self.max_shape.width + 1)
-        m.d.comb += diff.eq(c_new - c_old)
-        w = exp_q.w_stream
         m.d.comb += [wr.addr.eq(c.slot), wr.en.eq(c_valid),
                      wr.data.started.eq(c_started | c.seen), wr.data.max.eq(c_new)]
-        m.d.sync += [w.valid.eq(c_valid), w.payload.max.eq(c_new), w.payload.beats.eq(c.beats),
-                     w.payload.slot.eq(c.slot), w.payload.first.eq(c.first),
-                     w.payload.final.eq(c.final), w.payload.started.eq(c_started | c.seen),
-                     w.payload.rise.eq(Mux(~c_started, 0, Mux(diff > cap, cap, diff)))]
+        # D: the rise before its cap (the subtraction and the cap's comparison do not fit
+        # one cycle together); then the capped rise into the queue.
+        d_valid, d_started = Signal(), Signal()
+        d = Signal.like(head)
+        d_new = Signal(self.max_shape)
+        d_diff = Signal(self.max_shape.width + 1)
+        m.d.sync += [d_valid.eq(c_valid), d.eq(c), d_started.eq(c_started), d_new.eq(c_new),
+                     d_diff.eq(Mux(c_started, c_new - c_old, 0))]
+        w = exp_q.w_stream
+        m.d.sync += [w.valid.eq(d_valid), w.payload.max.eq(d_new), w.payload.beats.eq(d.beats),
+                     w.payload.slot.eq(d.slot), w.payload.first.eq(d.first),
+                     w.payload.final.eq(d.final), w.payload.started.eq(d_started | d.seen),
+                     w.payload.rise.eq(Mux(d_diff > cap, cap, d_diff))]
 
     def _exponentiate_and_sum(self, m, ring, exp_q, prob_q, info_q, ring_read, released):
         """Re-read each row's ``y`` from the ring, E per lane into ``probs``, the row sum; then
@@ -416,8 +431,12 @@ class TileSoftmaxUnit(wiring.Component):
             m.submodules[f"table{l}"] = t = Exp2Table(cfg, Bt)
             n_reg = Signal(range(n_max + 1), name=f"n{l}")
             f_reg = Signal(F, name=f"f{l}")
-            big = u[l].as_signed() >= (n_max << F)
-            m.d.sync += [n_reg.eq(Mux(big, n_max, u[l] >> F)), f_reg.eq(u[l][:F])]
+            # u >= n_max * 2**F without a carry chain across all of u: u is non-negative and
+            # its integer part has a bit above n_max's width or its low part reaches n_max.
+            k = n_max.bit_length()
+            hi = u[l][F:]
+            big = ~u[l][-1] & (hi[k:-1].any() | (hi[:k] >= n_max))
+            m.d.sync += [n_reg.eq(Mux(big, n_max, hi[:k])), f_reg.eq(u[l][:F])]
             m.d.comb += [t.n.eq(n_reg), t.f.eq(f_reg)]
             tables.append(t.exp)
         side = data.StructLayout({"valid": 1, "end": 1, "mask": unsigned(lanes),

