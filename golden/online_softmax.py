@@ -37,7 +37,7 @@ from .fixed import Requant, as_int64, round_shift, saturate
 from .softmax import exp2_neg
 
 __all__ = ["TiledFormat", "tiled_format", "score_log2", "RowState", "softmax_tile",
-           "attend_tiled", "attend_rows"]
+           "row_reciprocal", "normalize_acc", "tile_output", "attend_tiled", "attend_rows"]
 
 # Fraction bits of E, UQ1.16: the array operand (with its sign) is 18 bits, one ECP5
 # MULT18X18D, and 16 bits keep the mass of many small E (each rounded to 0 below 2**-17 of the
@@ -140,20 +140,37 @@ def _ceil_octave(y, frac_bits: int):
     return -((-as_int64(y)) >> frac_bits)
 
 
-def _normalize(acc, lsum, recip_bits: int, prob_bits: int, guard: int) -> np.ndarray:
-    """``O / l`` as the whole-row path's P.V accumulator with ``guard`` more fraction bits.
+def row_reciprocal(lsum, recip_bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """Step 5's divisor per row: ``(q, p)`` with ``p = floor(log2 l)`` and ``q =
+    floor(2**(p+R) / l)`` (``l = 0``, a row with no valid key, is taken as 1)."""
+    lsum = np.maximum(as_int64(lsum), 1)
+    lead = np.frexp(lsum.astype(np.float64))[1].astype(np.int64) - 1
+    return np.left_shift(np.int64(1), lead + recip_bits) // lsum, lead
 
-    One reciprocal per row, ``q = floor(2**(p+R) / l)`` with ``p = floor(log2 l)``, times O.
+
+def normalize_acc(acc, recip, lead, recip_bits: int, prob_bits: int, guard: int) -> np.ndarray:
+    """``O / l`` as the whole-row path's P.V accumulator with ``guard`` more fraction bits,
+    from the row's ``(q, p)`` (:func:`row_reciprocal`).
+
     O first loses its bits below ``2**(p - NORM_SUM_BITS)`` (rounded), which keeps ``O * q``
     within 51 bits for any tile count; the error that costs is below 2**-NORM_SUM_BITS of
     a value unit, far under the output's LSB.
     """
-    lead = np.frexp(np.maximum(lsum, 1).astype(np.float64))[1].astype(np.int64) - 1
-    recip = np.left_shift(np.int64(1), lead + recip_bits) // np.maximum(lsum, 1)
+    recip, lead = as_int64(recip), as_int64(lead)
     drop = np.maximum(lead - NORM_SUM_BITS, 0)
-    o = round_shift(acc, drop[:, None])
-    return round_shift(o * recip[:, None],
-                       (lead - drop + recip_bits - prob_bits - guard)[:, None])
+    o = round_shift(as_int64(acc), drop[..., None])
+    return round_shift(o * recip[..., None],
+                       (lead - drop + recip_bits - prob_bits - guard)[..., None])
+
+
+def tile_output(cfg: AttentionConfig, fmt: TiledFormat, acc, recip, lead, started,
+                rq: Requant) -> np.ndarray:
+    """Step 5 whole: the attention output (int ``act_bits``) of the rows' final accumulators
+    ``O`` (rows, d_v), reciprocals and ``started`` flags; 0 for a row with no valid key."""
+    G = fmt.norm_guard_bits
+    norm = normalize_acc(acc, recip, lead, cfg.recip_bits, cfg.prob_bits, G)
+    out = saturate(round_shift(norm * rq.mult, rq.shift + G), cfg.act_bits)
+    return np.where(np.asarray(started, dtype=bool)[..., None], out, 0)
 
 
 @dataclass
@@ -200,10 +217,10 @@ def attend_tiled(cfg: AttentionConfig, scores, v, valid, exp_mult: int, exp_shif
         acc = round_shift(acc, rise[:, None]) + e @ v[cols]
     m, lsum, started = state.row_max, state.row_sum, state.started
 
-    norm = _normalize(acc, lsum, R, B, G)
-    out = saturate(round_shift(norm * rq.mult, rq.shift + G), cfg.act_bits)
-    out = np.where(started[:, None], out, 0)
+    recip, lead = row_reciprocal(lsum, R)
+    out = tile_output(cfg, fmt, acc, recip, lead, started, rq)
     if trace:
+        norm = normalize_acc(acc, recip, lead, R, B, G)
         return out, TiledTrace(row_max=m, row_sum=lsum, out_acc=acc, rescales=rescales,
                                norm_acc=np.where(started[:, None], norm, 0))
     return out

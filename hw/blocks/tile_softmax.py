@@ -1,7 +1,7 @@
 """Streaming softmax of one key/value tile with running row state: the long-sequence path.
 
 Bit-exact with :func:`golden.online_softmax.softmax_tile` (and, at a row's final tile, the
-reciprocal of :func:`golden.online_softmax._normalize`).
+reciprocal of :func:`golden.online_softmax.row_reciprocal`).
 """
 
 from __future__ import annotations
