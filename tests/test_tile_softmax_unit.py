@@ -66,7 +66,7 @@ def expected(cfg, fmt, st: Settings, tiles: list[QueryTile]):
                     probs.append((padded[r, b * lanes:(b + 1) * lanes].tolist(), r,
                                   int(b == beats - 1)))
                 entry = {"slot": r, "rise": int(rise[r]), "started": int(state.started[r]),
-                         "final": int(final)}
+                         "first": int(t == 0), "final": int(final), "last": int(r == rows - 1)}
                 if final and state.started[r]:
                     lsum = int(state.row_sum[r])
                     lead = lsum.bit_length() - 1
@@ -109,7 +109,8 @@ def run_unit(cfg, fmt, rows, st: Settings, tiles, *, idle=0.0, backpressure=0.0,
     info = StreamConsumer(dut.row_info, len(want_info), backpressure=backpressure,
                           seed=seed + 2, linger=40, max_cycles=limit,
                           convert=lambda p: {"slot": int(p.slot), "rise": int(p.rise),
-                                             "started": int(p.started), "final": int(p.final),
+                                             "started": int(p.started), "first": int(p.first),
+                                             "final": int(p.final), "last": int(p.last),
                                              "recip": int(p.recip), "lead": int(p.lead)})
 
     async def settings(ctx):

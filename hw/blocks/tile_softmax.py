@@ -55,7 +55,9 @@ def tile_row_layout(cfg: AttentionConfig, fmt: TiledFormat, rows: int) -> data.S
         "slot": unsigned(_bits(rows)),
         "rise": unsigned((fmt.out_acc_bits + 1).bit_length()),
         "started": unsigned(1),
-        "final": unsigned(1),
+        "first": unsigned(1),                 # the row's first tile
+        "final": unsigned(1),                 # the row's final tile
+        "last": unsigned(1),                  # the query tile's last row
         "recip": unsigned(cfg.recip_bits + 1),
         "lead": unsigned(_bits(fmt.sum_bits)),
     })
@@ -76,8 +78,9 @@ class TileSoftmaxUnit(wiring.Component):
       that does not count; out on ``probs``, one beat per input beat;
     - ``l' = round_shift(l, rise) + sum(E)``; on the row's ``final`` tile, ``lead =
       floor(log2 l')`` and ``recip = floor(2**(lead + R) / l')``
-      (:class:`hw.blocks.divider.ReciprocalDivider`); out on ``row_info`` with ``rise`` and
-      ``started`` (a valid key was seen in this or an earlier tile).
+      (:class:`hw.blocks.divider.ReciprocalDivider`); out on ``row_info`` with ``rise``,
+      ``started`` (a valid key was seen in this or an earlier tile), the beat's ``first`` and
+      ``final`` and ``last`` (the query tile's last row).
 
     Key ``j = key0 + b * lanes + lane`` of beat ``b`` of a row counts iff ``j < kv_len``, not
     ``causal`` or ``j <= row``, and the settings are valid. A tile row longer than
@@ -182,7 +185,7 @@ class TileSoftmaxUnit(wiring.Component):
         })
         exp_desc = data.StructLayout({
             "max": self.max_shape, "beats": range(self.max_beats + 1),
-            "slot": side["slot"].shape, "first": 1, "final": 1, "started": 1,
+            "slot": side["slot"].shape, "first": 1, "final": 1, "last": 1, "started": 1,
             "rise": self.row_info.payload.rise.shape(),
         })
         m.submodules.ring = ring = Memory(shape=ring_entry, depth=self.ring_depth, init=[],
@@ -374,7 +377,8 @@ class TileSoftmaxUnit(wiring.Component):
         w = exp_q.w_stream
         m.d.sync += [w.valid.eq(d_valid), w.payload.max.eq(d_new), w.payload.beats.eq(d.beats),
                      w.payload.slot.eq(d.slot), w.payload.first.eq(d.first),
-                     w.payload.final.eq(d.final), w.payload.started.eq(d_started | d.seen),
+                     w.payload.final.eq(d.final), w.payload.last.eq(d.slot == d.rows - 1),
+                     w.payload.started.eq(d_started | d.seen),
                      w.payload.rise.eq(Mux(d_diff > cap, cap, d_diff))]
 
     def _exponentiate_and_sum(self, m, ring, exp_q, prob_q, info_q, ring_read, released):
@@ -509,15 +513,16 @@ class TileSoftmaxUnit(wiring.Component):
                      released.eq(e_valid)]
 
         tag = data.StructLayout({"slot": e.slot.shape(), "rise": e.rise.shape(),
-                                 "started": 1, "final": 1})
+                                 "started": 1, "first": 1, "final": 1, "last": 1})
         m.submodules.divider = div = ReciprocalDivider(S, cfg.recip_bits, tag_width=tag.size)
         t_in = Signal(tag)
         m.d.comb += [t_in.slot.eq(e.slot), t_in.rise.eq(e.rise), t_in.started.eq(e.started),
-                     t_in.final.eq(e.final),
+                     t_in.first.eq(e.first), t_in.final.eq(e.final), t_in.last.eq(e.last),
                      div.i_valid.eq(e_valid), div.i_sum.eq(e_l), div.i_tag.eq(t_in)]
         t_out = tag(div.o_tag)
         w = info_q.w_stream
         m.d.comb += [w.valid.eq(div.o_valid), w.payload.slot.eq(t_out.slot),
                      w.payload.rise.eq(t_out.rise), w.payload.started.eq(t_out.started),
-                     w.payload.final.eq(t_out.final), w.payload.recip.eq(div.o_recip),
+                     w.payload.first.eq(t_out.first), w.payload.final.eq(t_out.final),
+                     w.payload.last.eq(t_out.last), w.payload.recip.eq(div.o_recip),
                      w.payload.lead.eq(div.o_lead)]
