@@ -364,7 +364,8 @@ def cmd_synth_blocks(args) -> int:
     if "softmax" in what:
         from hw.flow.synth_softmax import report_softmax
         report_softmax(cfg, route=not args.no_pnr, seed=args.seed, generic_dsp=args.generic_dsp)
-    if "tile-softmax" in what:
+    tiled = [w for w in what if w in ("tile-softmax", "tile-accumulator")]
+    if tiled:
         from golden.online_softmax import tiled_format
         from hw.flow.synth_softmax import report_softmax
         _need("--kv-tile", args.kv_tile, 1, cfg.max_kv_len)
@@ -373,8 +374,13 @@ def cmd_synth_blocks(args) -> int:
             tiled_format(cfg, args.kv_tile)
         except ValueError as exc:
             raise UsageError(f"--kv-tile: {exc}") from None
-        report_softmax(cfg, route=not args.no_pnr, seed=args.seed, generic_dsp=args.generic_dsp,
-                       kv_tile=args.kv_tile, rows=args.rows)
+        if "tile-accumulator" in tiled and cfg.head_dim % cfg.array_cols:
+            raise UsageError(f"tile-accumulator: head_dim = {cfg.head_dim} is not a multiple "
+                             f"of array_cols = {cfg.array_cols}")
+        for w in tiled:
+            report_softmax(cfg, route=not args.no_pnr, seed=args.seed,
+                           generic_dsp=args.generic_dsp, kv_tile=args.kv_tile, rows=args.rows,
+                           block="softmax" if w == "tile-softmax" else "accumulator")
     return 0
 
 
@@ -593,13 +599,15 @@ def _parser() -> argparse.ArgumentParser:
 
     p = command("synth-blocks", cmd_synth_blocks, "ECP5 synthesis (and nextpnr) of the matrix "
                 "engine and the softmax unit")
-    p.add_argument("--what", default="all", choices=("matmul", "softmax", "tile-softmax", "all"),
-                   help="all: matmul and softmax; tile-softmax: the key/value-tiled softmax "
-                   "unit (not yet in the top)")
+    p.add_argument("--what", default="all",
+                   choices=("matmul", "softmax", "tile-softmax", "tile-accumulator", "all"),
+                   help="all: matmul and softmax; tile-softmax, tile-accumulator: the "
+                   "key/value-tiled path's softmax unit and output accumulator (not yet in the "
+                   "top)")
     p.add_argument("--kv-tile", type=int, default=64,
-                   help="tile-softmax: keys per tile (64)")
+                   help="tile-*: keys per tile (64)")
     p.add_argument("--rows", type=int, default=64,
-                   help="tile-softmax: query rows per tile (64)")
+                   help="tile-*: query rows per tile (64)")
     p.add_argument("--sizes", nargs="+", default=None,
                    help="matmul: array sizes RxC (default: the configuration's)")
     p.add_argument("--no-pnr", action="store_true", help="synthesis only")

@@ -35,8 +35,8 @@ from hw.blocks.softmax import SoftmaxUnit
 from hw.flow import pnr
 from hw.flow.yowasp import ECP5_CELLS, cell_counts, ecp5_script, run_yosys
 
-__all__ = ["report_softmax", "StreamUnitShim", "SoftmaxSynthShim", "TileSoftmaxSynthShim", "synth",
-           "place_and_route"]
+__all__ = ["report_softmax", "StreamUnitShim", "SoftmaxSynthShim", "TileSoftmaxSynthShim",
+           "TileAccumulatorSynthShim", "synth", "place_and_route"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SYNTH_ROOT = REPO_ROOT / "build" / "synth" / "softmax"
@@ -44,15 +44,15 @@ CELLS = ECP5_CELLS
 
 
 class StreamUnitShim(wiring.Component):
-    """Registered I/O around a streaming unit with one input stream, output streams and
+    """Registered I/O around a streaming unit with input streams, output streams and
     run-time settings (synthesis only).
 
     Members
     -------
     chain_bit, chain_shift : In(1)
-        Serial load of the input stream's payload and the settings (one shift chain, LSB
+        Serial load of the input streams' payloads and the settings (one shift chain, LSB
         first).
-    s_valid : In(1), s_ready : Out(1), registered.
+    s_valid : In(len(inps)), s_ready : Out(len(inps)), registered, one bit per input stream.
     p_valid : Out(len(outs)), p_ready : In(len(outs)), registered, one bit per output stream.
     p_load : In(1)
         Capture every output payload into the output shift register (else it shifts).
@@ -61,11 +61,12 @@ class StreamUnitShim(wiring.Component):
     error : Out(1), registered.
     """
 
-    def __init__(self, unit, inp: str, outs: tuple[str, ...], settings: tuple[str, ...]):
-        self._unit, self._inp, self._outs, self._settings = unit, inp, outs, settings
+    def __init__(self, unit, inps: tuple[str, ...], outs: tuple[str, ...],
+                 settings: tuple[str, ...]):
+        self._unit, self._inps, self._outs, self._settings = unit, inps, outs, settings
         super().__init__({
             "chain_bit": In(1), "chain_shift": In(1),
-            "s_valid": In(1), "s_ready": Out(1),
+            "s_valid": In(len(inps)), "s_ready": Out(len(inps)),
             "p_valid": Out(len(outs)), "p_ready": In(len(outs)), "p_load": In(1),
             "p_bit": Out(1), "error": Out(1),
         })
@@ -73,24 +74,25 @@ class StreamUnitShim(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.unit = unit = self._unit
-        inp = getattr(unit, self._inp)
+        inps = [getattr(unit, i) for i in self._inps]
         outs = [getattr(unit, o) for o in self._outs]
-        loaded = Cat(inp.payload, *[getattr(unit, name) for name in self._settings])
+        loaded = Cat(*[i.payload for i in inps], *[getattr(unit, name) for name in self._settings])
         chain = Signal(len(loaded))
         with m.If(self.chain_shift):
             m.d.sync += chain.eq(Cat(chain[1:], self.chain_bit))
-        s_valid, p_ready = Signal(), Signal(len(outs))
+        s_valid, p_ready = Signal(len(inps)), Signal(len(outs))
         captured = Cat(*[o.payload for o in outs])
         out = Signal(len(captured))
         m.d.sync += [s_valid.eq(self.s_valid), p_ready.eq(self.p_ready),
-                     self.s_ready.eq(inp.ready), self.p_valid.eq(Cat(*[o.valid for o in outs])),
-                     self.error.eq(unit.error), self.p_bit.eq(out[0])]
+                     self.s_ready.eq(Cat(*[i.ready for i in inps])),
+                     self.p_valid.eq(Cat(*[o.valid for o in outs])),
+                     self.error.eq(getattr(unit, "error", 0)), self.p_bit.eq(out[0])]
         with m.If(self.p_load):
             m.d.sync += out.eq(captured)
         with m.Else():
             m.d.sync += out.eq(out[1:])
-        m.d.comb += [loaded.eq(chain), inp.valid.eq(s_valid),
-                     *[o.ready.eq(p_ready[i]) for i, o in enumerate(outs)]]
+        m.d.comb += [loaded.eq(chain), *[i.valid.eq(s_valid[k]) for k, i in enumerate(inps)],
+                     *[o.ready.eq(p_ready[k]) for k, o in enumerate(outs)]]
         return m
 
 
@@ -99,7 +101,7 @@ _SETTINGS = ("exp_mult", "exp_shift", "causal", "kv_len")
 
 def SoftmaxSynthShim(cfg) -> StreamUnitShim:
     """The whole-row :class:`hw.blocks.softmax.SoftmaxUnit` in a :class:`StreamUnitShim`."""
-    return StreamUnitShim(SoftmaxUnit(cfg), "scores", ("probs",), _SETTINGS)
+    return StreamUnitShim(SoftmaxUnit(cfg), ("scores",), ("probs",), _SETTINGS)
 
 
 def TileSoftmaxSynthShim(cfg, kv_tile: int, rows: int) -> StreamUnitShim:
@@ -108,7 +110,18 @@ def TileSoftmaxSynthShim(cfg, kv_tile: int, rows: int) -> StreamUnitShim:
     from golden.online_softmax import tiled_format
     from hw.blocks.tile_softmax import TileSoftmaxUnit
     unit = TileSoftmaxUnit(cfg, tiled_format(cfg, kv_tile), rows)
-    return StreamUnitShim(unit, "scores", ("probs", "row_info"), _SETTINGS)
+    return StreamUnitShim(unit, ("scores",), ("probs", "row_info"), _SETTINGS)
+
+
+def TileAccumulatorSynthShim(cfg, kv_tile: int, rows: int) -> StreamUnitShim:
+    """The tiled path's :class:`hw.blocks.tile_accumulator.TileAccumulator` (tiles of
+    ``kv_tile`` keys, ``rows``-row query tiles, the configuration's array columns and head
+    dimension, one normalising lane) in a :class:`StreamUnitShim`."""
+    from golden.online_softmax import tiled_format
+    from hw.blocks.tile_accumulator import TileAccumulator
+    unit = TileAccumulator(cfg, tiled_format(cfg, kv_tile), rows, cfg.array_cols,
+                           cfg.head_dim)
+    return StreamUnitShim(unit, ("info", "result"), ("out",), ("rq_mult", "rq_shift"))
 
 
 def synth(shim: StreamUnitShim, work: Path, platform=ECP5) -> dict[str, int]:
@@ -131,16 +144,19 @@ def place_and_route(work: Path, freq_mhz: float = 100.0, seed: int = 1) -> dict:
 
 
 def report_softmax(cfg, *, route: bool = True, seed: int = 1, generic_dsp: bool = False,
-                   kv_tile: int | None = None, rows: int | None = None) -> None:
-    """Synthesise the whole-row unit for ``cfg`` (or with ``kv_tile``, the tiled unit for
-    tiles of that many keys and query tiles of ``rows`` rows), print its resources and, with
-    ``route``, nextpnr's Fmax and critical path; writes ``summary.json`` beside the work
-    files."""
+                   kv_tile: int | None = None, rows: int | None = None,
+                   block: str = "softmax") -> None:
+    """Synthesise the whole-row unit for ``cfg`` (or with ``kv_tile``, the tiled path's
+    ``block``, ``"softmax"`` or ``"accumulator"``, for tiles of that many keys and query tiles
+    of ``rows`` rows), print its resources and, with ``route``, nextpnr's Fmax and critical
+    path; writes ``summary.json`` beside the work files."""
     if kv_tile is None:
         shim, name = SoftmaxSynthShim(cfg), cfg.name
     else:
         rows = rows or cfg.max_seq_len
-        shim, name = TileSoftmaxSynthShim(cfg, kv_tile, rows), f"{cfg.name}_tile{kv_tile}x{rows}"
+        make = TileSoftmaxSynthShim if block == "softmax" else TileAccumulatorSynthShim
+        shim = make(cfg, kv_tile, rows)
+        name = f"{cfg.name}_{'tile' if block == 'softmax' else 'acc'}{kv_tile}x{rows}"
     work = SYNTH_ROOT / (name + ("_generic" if generic_dsp else ""))
     t0 = time.monotonic()
     stats = synth(shim, work, platform=None if generic_dsp else ECP5)
