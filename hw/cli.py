@@ -433,14 +433,21 @@ def cmd_soak(args) -> int:
     bad = []
     for simulator in args.sim:
         try:
-            s = run_soak(cfg, args.config, simulator, args.values, args.seed, Path(args.out),
-                         replay=args.replay)
+            if simulator == "fast":
+                from sim.soak_fast import run_fast_soak
+                s = run_fast_soak(cfg, args.values, args.seed, Path(args.out),
+                                  replay=args.replay)
+            else:
+                s = run_soak(cfg, args.config, simulator, args.values, args.seed,
+                             Path(args.out), replay=args.replay)
         except SoakError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
+        violations = "no protocol monitor" if s["violations"] is None else \
+            f"{s['violations']} protocol violations"
         print(f"soak {cfg.name} {simulator} (seed {args.seed}): {s['events']} events, "
               f"{s['runs']} runs, {s['values']:,} values checked, {s['mismatches']} "
-              f"mismatches, {s['violations']} protocol violations, {s['hangs']} hangs, "
+              f"mismatches, {violations}, {s['hangs']} hangs, "
               f"{s['failed_events']} failed events, {s['sim_cycles']:,} cycles in "
               f"{s['wall_s_total']:.0f} s")
         if not clean(s):
@@ -627,7 +634,9 @@ def _parser() -> argparse.ArgumentParser:
     p = command("soak", cmd_soak, "random layers, modes, lengths, stalls, resets and bad "
                 "settings on the generated top, every output value against golden")
     p.add_argument("--sim", nargs="+", default=["icarus", "verilator"],
-                   choices=("icarus", "verilator"))
+                   choices=("icarus", "verilator", "fast"),
+                   help="icarus, verilator: cocotb with the AXI monitor; fast: the same "
+                   "events on the C++ Verilator harness, no monitor (large configurations)")
     p.add_argument("--values", type=int, default=100_000,
                    help="output values to compare per simulator (100000)")
     p.add_argument("--seed", type=int, default=1)
