@@ -236,3 +236,58 @@ def test_verilog_lint_clean(cfg, tile, rows):
     res = lint_file(vfile, "tile_softmax_unit", out / "lint.txt")
     assert res.issues == (), f"verilator -Wall beyond the waivers ({res.report}): " \
                              f"{res.issues[:5]}"
+
+
+def _timing_case(cfg, fmt, rows, tiles, seed=0):
+    """Simulate with both outputs always ready and every input beat offered at once; returns
+    (sim taken, probs and info cycles per row, the model's schedule)."""
+    from hw.blocks.divider import ReciprocalDivider
+    from hw.perf.tile_softmax import TileRow, tile_softmax_schedule
+    rng = np.random.default_rng(seed)
+    st = realistic_settings(cfg, rng, False, kv_len=cfg.max_kv_len, score_spread=500)
+    producer, probs = None, None
+    dut = TileSoftmaxUnit(cfg, fmt, rows)
+    beats = score_beats(dut.scores.payload.shape(), cfg, fmt, tiles)
+    want_probs, want_info = expected(cfg, fmt, st, tiles)
+    producer = StreamProducer(dut.scores, beats)
+    probs = StreamConsumer(dut.probs, len(want_probs), max_cycles=100 * len(beats) + 2000)
+    info = StreamConsumer(dut.row_info, len(want_info), max_cycles=100 * len(beats) + 2000)
+
+    async def settings(ctx):
+        ctx.set(dut.exp_mult, st.exp_mult)
+        ctx.set(dut.exp_shift, st.exp_shift)
+        ctx.set(dut.kv_len, st.kv_len)
+
+    simulate(Fragment.get(dut, CollisionScramble()), settings, producer, probs, info)
+    spec = []
+    for qt in tiles:
+        n, kv_rows = qt.scores.shape
+        starts = list(range(0, kv_rows, fmt.kv_tile))
+        for t, k0 in enumerate(starts):
+            b = -(-min(fmt.kv_tile, kv_rows - k0) // cfg.softmax_lanes)
+            spec += [TileRow(b, t == 0, n)] * n
+    model = tile_softmax_schedule(spec, ring_depth=dut.ring_depth,
+                                  divider_latency=ReciprocalDivider.latency_for(
+                                      cfg.recip_bits),
+                                  row_queue=dut.ROW_QUEUE)
+    return producer.accepted, probs.cycles, info.cycles, model
+
+
+@pytest.mark.parametrize("cfg", [TINY, WIDE], ids=["lanes1", "lanes2"])
+@pytest.mark.parametrize("shape", ["big-tiles", "one-row", "two-rows", "short-rows"])
+def test_cycle_model_is_exact(cfg, shape):
+    rng = np.random.default_rng(13)
+    fmt = tiled_format(cfg, 8)
+    tiles = {
+        "big-tiles": [QueryTile(0, rng.integers(-500, 500, (12, 32))),
+                      QueryTile(12, rng.integers(-500, 500, (5, 19)))],
+        "one-row": [QueryTile(0, rng.integers(-500, 500, (1, 25))),
+                    QueryTile(1, rng.integers(-500, 500, (1, 9)))],
+        "two-rows": [QueryTile(0, rng.integers(-500, 500, (2, 32)))],
+        "short-rows": [QueryTile(0, rng.integers(-500, 500, (16, 3))),
+                       QueryTile(16, rng.integers(-500, 500, (16, 17)))],
+    }[shape]
+    taken, probs, info, model = _timing_case(cfg, fmt, 16, tiles)
+    assert taken == [c for row in model.taken for c in row]
+    assert probs == [c for row in model.probs for c in row]
+    assert info == model.info

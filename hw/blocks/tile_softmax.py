@@ -101,7 +101,9 @@ class TileSoftmaxUnit(wiring.Component):
     about 25 cycles per tile). It also holds rows while ``row_info`` could not take them.
 
     Throughput: ``lanes`` scores per cycle for rows of any length when ``probs`` and
-    ``row_info`` are always ready and the query tile has enough rows (see above).
+    ``row_info`` are always ready and the query tile has enough rows (see above). Timing:
+    :func:`hw.perf.tile_softmax.tile_softmax_schedule`, exact (the cycle of every input beat
+    taken, every E beat and every ``row_info`` entry).
 
     Parameters
     ----------
