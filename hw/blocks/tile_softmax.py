@@ -98,7 +98,7 @@ class TileSoftmaxUnit(wiring.Component):
     The state stage lets a row through only while fewer rows than the query tile has are
     between it and the sum stage's write, so a row never reads state that an earlier tile of
     the same row has yet to write (a one-row query tile waits for its previous tile's sum:
-    about 25 cycles per tile). It also holds rows while ``row_info`` could not take them.
+    26 cycles per tile). It also holds rows while ``row_info`` could not take them.
 
     Throughput: ``lanes`` scores per cycle for rows of any length when ``probs`` and
     ``row_info`` are always ready and the query tile has enough rows (see above). Timing:
