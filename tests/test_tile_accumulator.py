@@ -54,7 +54,7 @@ def query_tile(cfg, fmt, rng, rows, kv_rows, dv, *, causal=False, kv_len=None, q
 
 
 def run(cfg, fmt, rows, cols, dv, lanes, qtiles, rq, *, idle=0.0, backpressure=0.0, seed=0,
-        shuffle=True):
+        shuffle=True, keep=False):
     dut = TileAccumulator(cfg, fmt, rows, cols, dv, norm_lanes=lanes)
     rng = np.random.default_rng(seed)
     info_l, res_l = dut.info.payload.shape(), dut.result.payload.shape()
@@ -91,7 +91,7 @@ def run(cfg, fmt, rows, cols, dv, lanes, qtiles, rq, *, idle=0.0, backpressure=0
     assert len(out.items) == len(want)
     for k, (g, w) in enumerate(zip(out.items, want)):
         assert g == w, f"output beat {k}: {g} != {w}"
-    return out
+    return (out, ip, rp) if keep else out
 
 
 @pytest.mark.parametrize("lanes", [1, 2, 4])
@@ -192,3 +192,28 @@ def test_verilog_lint_clean(cfg, rows, cols, dv, lanes):
     res = lint_file(vfile, "tile_accumulator", out / "lint.txt")
     assert res.issues == (), f"verilator -Wall beyond the waivers ({res.report}): " \
                              f"{res.issues[:5]}"
+
+
+@pytest.mark.parametrize("lanes", [1, 2, 4])
+def test_cycle_model_is_exact(lanes):
+    """Entries and result beats offered back to back from the start, ``out`` always ready:
+    the model gives the cycle of every entry and beat taken and every value group out."""
+    from hw.perf.tile_accumulator import AccTile, out_latency, tile_accumulator_schedule
+    cfg = TINY
+    fmt = tiled_format(cfg, 8)
+    rng = np.random.default_rng(20 + lanes)
+    qtiles = [query_tile(cfg, fmt, rng, 6, 21, 8), query_tile(cfg, fmt, rng, 2, 8, 8),
+              query_tile(cfg, fmt, rng, 5, 30, 8, causal=True)]
+    dut_out = run(cfg, fmt, 6, 4, 8, lanes, qtiles, Requant(30000, 23), shuffle=False,
+                  keep=True)
+    out, ip, rp = dut_out
+    tiles = []
+    for tq, acc, _ in qtiles:
+        for k, (infos, _) in enumerate(tq):
+            n = len(infos)
+            tiles.append(AccTile([0] * n, [0] * (n * 2), k == len(tq) - 1,
+                                 groups=n * 8 // lanes))
+    model = tile_accumulator_schedule(tiles, out_latency(cfg, fmt, lanes))
+    assert ip.accepted == [c for t in model.info for c in t]
+    assert rp.accepted == [c for t in model.results for c in t]
+    assert out.cycles == [c for t in model.out for c in t]

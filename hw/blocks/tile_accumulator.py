@@ -69,6 +69,7 @@ class TileAccumulator(wiring.Component):
 
     Throughput: one result beat per cycle; the pass ``cols / norm_lanes`` cycles per word of
     ``cols`` values. Latency: a result beat is written back five cycles after it is taken.
+    Timing: :func:`hw.perf.tile_accumulator.tile_accumulator_schedule`, exact.
 
     Parameters
     ----------
