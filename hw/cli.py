@@ -364,6 +364,14 @@ def cmd_synth_blocks(args) -> int:
     if "softmax" in what:
         from hw.flow.synth_softmax import report_softmax
         report_softmax(cfg, route=not args.no_pnr, seed=args.seed, generic_dsp=args.generic_dsp)
+    if "tanh" in what:
+        from hw.blocks.tanh import TanhUnit
+        from hw.flow.synth_matmul import synth_ecp5
+        _need("--lanes", args.lanes, 1, 64)
+        cells = synth_ecp5(TanhUnit(args.lanes), f"tanh_{args.lanes}")
+        print(f"tanh unit, {args.lanes} lane(s): synth_ecp5: "
+              + ", ".join(f"{c} {n}" for c, n in sorted(cells.items()))
+              + " (synthesis only: a pipeline of registered stages)")
     tiled = [w for w in what if w in ("tile-softmax", "tile-accumulator")]
     if tiled:
         from golden.online_softmax import tiled_format
@@ -607,10 +615,12 @@ def _parser() -> argparse.ArgumentParser:
     p = command("synth-blocks", cmd_synth_blocks, "ECP5 synthesis (and nextpnr) of the matrix "
                 "engine and the softmax unit")
     p.add_argument("--what", default="all",
-                   choices=("matmul", "softmax", "tile-softmax", "tile-accumulator", "all"),
+                   choices=("matmul", "softmax", "tile-softmax", "tile-accumulator", "tanh",
+                            "all"),
                    help="all: matmul and softmax; tile-softmax, tile-accumulator: the "
-                   "key/value-tiled path's softmax unit and output accumulator (not yet in the "
-                   "top)")
+                   "key/value-tiled path's softmax unit and output accumulator; tanh: the "
+                   "additive scoring's tanh unit (these three not yet in the top)")
+    p.add_argument("--lanes", type=int, default=1, help="tanh: lanes (1)")
     p.add_argument("--kv-tile", type=int, default=64,
                    help="tile-*: keys per tile (64)")
     p.add_argument("--rows", type=int, default=64,
