@@ -14,9 +14,47 @@ import json
 import time
 from pathlib import Path
 
+import random
+
+import golden as g
 from golden.config import AttentionConfig
 
-__all__ = ["run_soak", "SoakError"]
+__all__ = ["run_soak", "SoakError", "EPOCH", "KINDS", "STALL_PATTERNS", "hang_bound",
+           "draw_run", "bad_setting_cases"]
+
+# The events, shared by the cocotb testbench (sim/soak_tb.py) and the harness soak
+# (sim/soak_fast.py): a new random layer every EPOCH events; kinds and their shares.
+EPOCH = 16
+KINDS = (("run", 0.70), ("bad_setting", 0.12), ("busy_misuse", 0.05), ("bus_misuse", 0.05),
+         ("reset", 0.08))
+# (input idle, output backpressure, bus pause) probabilities (the harness has no bus pauses)
+STALL_PATTERNS = ((0.0, 0.0, 0.0), (0.3, 0.4, 0.3), (0.6, 0.2, 0.0), (0.0, 0.7, 0.5))
+
+
+def hang_bound(cfg, seq: int, kv: int | None, stall: float) -> int:
+    """Cycles within which BUSY must fall: twice the cycle model's latency, stretched by the
+    worst stall probability, plus the bus traffic of a run."""
+    from hw.perf.layer import layer_timing
+    lat = layer_timing(cfg, seq, kv).latency
+    return int(2 * lat / (1.0 - stall)) + 2000
+
+
+def draw_run(cfg: AttentionConfig, layer, rng: random.Random, nrng, *,
+             cross_ok: bool = True) -> dict:
+    """A random valid run: mode (causal, cross, key padding) and lengths from 1 to the
+    maximum, inputs drawn like the calibration data."""
+    cross = cross_ok and cfg.cross_attention and rng.random() < 0.3
+    S, KV = cfg.max_seq_len, cfg.max_kv_len
+    seq = rng.randint(1, S if cross else min(S, KV))
+    kv_rows = rng.randint(1, KV) if cross else None
+    keys = kv_rows if cross else seq
+    key_len = rng.randint(1, keys) if rng.random() < 0.3 else None
+    causal = cfg.causal_mask and rng.random() < 0.4
+    s = layer.scales
+    x = g.quantize_tensor(nrng.normal(0.0, 1.0, (seq, cfg.d_model)), s["x"], cfg.act_bits)
+    kv = (g.quantize_tensor(nrng.normal(0.0, 1.0, (kv_rows, cfg.d_model)), s["kv"],
+                            cfg.act_bits) if cross else None)
+    return dict(x=x, kv=kv, causal=causal, key_len=key_len)
 
 
 class SoakError(RuntimeError):
@@ -62,3 +100,23 @@ def run_soak(cfg: AttentionConfig, config_path: Path, simulator: str, values: in
 def clean(summary: dict) -> bool:
     return not (summary["mismatches"] or summary["violations"] or summary["hangs"]
                 or summary["failed_events"])
+
+
+def bad_setting_cases(cfg: AttentionConfig, x, words: list) -> list[tuple[str, dict | None]]:
+    """The invalid settings a ``bad_setting`` event draws from, for a self-attention input
+    ``x`` packed into ``words``: (the ERROR_CAUSE it must raise, what to change: register
+    values, the words sent, a second sequence; ``None``: a shift register of 0 or 63)."""
+    S, KV = cfg.max_seq_len, cfg.max_kv_len
+    cases = [("BAD_SEQ_LEN", dict(seq_len=0)), ("BAD_SEQ_LEN", dict(seq_len=S + 1)),
+             ("BAD_KEY_LEN", dict(key_len=len(x) + 1)),
+             ("STREAM_LONG", dict(words=list(words) + [0]))]
+    if len(words) > 1:
+        cases.append(("STREAM_SHORT", dict(words=list(words)[:-1])))
+    if cfg.cross_attention:
+        cases += [("BAD_KV_LEN", dict(kv=x, kv_len=0)), ("BAD_KV_LEN", dict(kv=x, kv_len=KV + 1))]
+    else:
+        cases.append(("BAD_CROSS", dict(kv=x)))
+    if not cfg.causal_mask:
+        cases.append(("BAD_CAUSAL", dict(causal=True)))
+    cases.append(("BAD_SHIFT", None))
+    return cases

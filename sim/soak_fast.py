@@ -37,39 +37,12 @@ from golden.config import AttentionConfig
 from hw.bus.regmap import ERROR_CAUSES
 from sim.host import _Program, pack_rows, unpack_words
 from sim.layers import make_layer
+from sim.soak import (EPOCH, KINDS, STALL_PATTERNS, bad_setting_cases, draw_run,
+                      hang_bound)
 
-__all__ = ["run_fast_soak", "EPOCH", "KINDS", "STALL_PATTERNS", "draw_run", "hang_bound"]
+__all__ = ["run_fast_soak"]
 
-EPOCH = 16
-KINDS = (("run", 0.70), ("bad_setting", 0.12), ("busy_misuse", 0.05), ("bus_misuse", 0.05),
-         ("reset", 0.08))
-# (input idle, output backpressure) probabilities of the harness (no bus pauses)
-STALL_PATTERNS = ((0.0, 0.0), (0.3, 0.4), (0.6, 0.2), (0.0, 0.7))
-
-
-def hang_bound(cfg, seq: int, kv: int | None, stall: float) -> int:
-    """Cycles within which a run must finish: twice the cycle model's latency, stretched by
-    the worst stall probability, plus the bus traffic of a run."""
-    from hw.perf.layer import layer_timing
-    lat = layer_timing(cfg, seq, kv).latency
-    return int(2 * lat / (1.0 - stall)) + 2000
-
-
-def draw_run(cfg: AttentionConfig, layer, rng: random.Random, nrng, *, cross_ok=True) -> dict:
-    """A random valid run: mode (causal, cross, key padding) and lengths from 1 to the
-    maximum, inputs drawn like the calibration data."""
-    cross = cross_ok and cfg.cross_attention and rng.random() < 0.3
-    S, KV = cfg.max_seq_len, cfg.max_kv_len
-    seq = rng.randint(1, S if cross else min(S, KV))
-    kv_rows = rng.randint(1, KV) if cross else None
-    keys = kv_rows if cross else seq
-    key_len = rng.randint(1, keys) if rng.random() < 0.3 else None
-    causal = cfg.causal_mask and rng.random() < 0.4
-    s = layer.scales
-    x = g.quantize_tensor(nrng.normal(0.0, 1.0, (seq, cfg.d_model)), s["x"], cfg.act_bits)
-    kv = (g.quantize_tensor(nrng.normal(0.0, 1.0, (kv_rows, cfg.d_model)), s["kv"],
-                            cfg.act_bits) if cross else None)
-    return dict(x=x, kv=kv, causal=causal, key_len=key_len)
+STALLS = tuple(p[:2] for p in STALL_PATTERNS)     # the harness has no AXI4-Lite pauses
 
 
 def _names(bits: int) -> list[str]:
@@ -87,7 +60,7 @@ class _Epoch:
         self.s.add(*parts)
 
     def stalls(self, rng) -> tuple[float, float]:
-        idle, bp = rng.choice(STALL_PATTERNS)
+        idle, bp = rng.choice(STALLS)
         self.cmd("idle", repr(idle))
         self.cmd("backpressure", repr(bp))
         return idle, bp
@@ -143,21 +116,7 @@ class _Epoch:
         cfg, p = self.cfg, self.p
         run = draw_run(cfg, self.layer, rng, nrng, cross_ok=False)
         x = run["x"]
-        words = pack_rows(x)
-        S, KV = cfg.max_seq_len, cfg.max_kv_len
-        cases = [("BAD_SEQ_LEN", dict(seq_len=0)), ("BAD_SEQ_LEN", dict(seq_len=S + 1)),
-                 ("BAD_KEY_LEN", dict(key_len=len(x) + 1)),
-                 ("STREAM_LONG", dict(words=np.append(words, 0)))]
-        if len(words) > 1:
-            cases.append(("STREAM_SHORT", dict(words=words[:-1])))
-        if cfg.cross_attention:
-            cases += [("BAD_KV_LEN", dict(kv=x, kv_len=0)),
-                      ("BAD_KV_LEN", dict(kv=x, kv_len=KV + 1))]
-        else:
-            cases.append(("BAD_CROSS", dict(kv=x)))
-        if not cfg.causal_mask:
-            cases.append(("BAD_CAUSAL", dict(causal=True)))
-        cases.append(("BAD_SHIFT", None))
+        cases = bad_setting_cases(cfg, x, pack_rows(x))
         cause, kw = rng.choice(cases)
         ev["stalls"] = self.stalls(rng)
         ev["cause"] = cause

@@ -41,20 +41,8 @@ from hw.perf.layer import layer_timing
 from sim.bus import pack_rows, unpack_words
 from sim.driver import AttentionDriver, cause_names
 from sim.layers import make_layer
-
-EPOCH = 16
-KINDS = (("run", 0.70), ("bad_setting", 0.12), ("busy_misuse", 0.05), ("bus_misuse", 0.05),
-         ("reset", 0.08))
-# (input idle, output backpressure, bus pause) probabilities
-STALL_PATTERNS = ((0.0, 0.0, 0.0), (0.3, 0.4, 0.3), (0.6, 0.2, 0.0), (0.0, 0.7, 0.5))
-
-
-def hang_bound(cfg, seq: int, kv: int | None, stall: float) -> int:
-    """Cycles within which BUSY must fall: twice the cycle model's latency, stretched by the
-    worst stall probability, plus the bus traffic of a run."""
-    lat = layer_timing(cfg, seq, kv).latency
-    return int(2 * lat / (1.0 - stall)) + 2000
-
+from sim.soak import (EPOCH, KINDS, STALL_PATTERNS, bad_setting_cases, draw_run,
+                      hang_bound)
 
 class Soak:
     def __init__(self, dut, cfg, job):
@@ -86,19 +74,7 @@ class Soak:
         await self.drv.load_layer(self.layer, weights=False)
 
     def draw_run(self, rng, nrng) -> dict:
-        cfg = self.cfg
-        cross = cfg.cross_attention and rng.random() < 0.3
-        S, KV = cfg.max_seq_len, cfg.max_kv_len
-        seq = rng.randint(1, S if cross else min(S, KV))
-        kv_rows = rng.randint(1, KV) if cross else None
-        keys = kv_rows if cross else seq
-        key_len = rng.randint(1, keys) if rng.random() < 0.3 else None
-        causal = cfg.causal_mask and rng.random() < 0.4
-        s = self.layer.scales
-        x = g.quantize_tensor(nrng.normal(0.0, 1.0, (seq, cfg.d_model)), s["x"], cfg.act_bits)
-        kv = (g.quantize_tensor(nrng.normal(0.0, 1.0, (kv_rows, cfg.d_model)), s["kv"],
-                                cfg.act_bits) if cross else None)
-        return dict(x=x, kv=kv, causal=causal, key_len=key_len)
+        return draw_run(self.cfg, self.layer, rng, nrng)
 
     def stalls(self, rng) -> tuple[float, float, float]:
         pattern = rng.choice(STALL_PATTERNS)
@@ -138,21 +114,8 @@ class Soak:
     async def ev_bad_setting(self, rng, nrng) -> dict:
         cfg, drv = self.cfg, self.drv
         run = self.self_run(rng, nrng)
-        x, n_x = run["x"], len(run["x"]) * cfg.d_model // 4
-        S, KV = cfg.max_seq_len, cfg.max_kv_len
-        cases = [("BAD_SEQ_LEN", dict(seq_len=0)), ("BAD_SEQ_LEN", dict(seq_len=S + 1)),
-                 ("BAD_KEY_LEN", dict(key_len=len(x) + 1)),
-                 ("STREAM_LONG", dict(words=pack_rows(x) + [0]))]
-        if n_x > 1:
-            cases.append(("STREAM_SHORT", dict(words=pack_rows(x)[:n_x - 1])))
-        if cfg.cross_attention:
-            cases += [("BAD_KV_LEN", dict(kv=x, kv_len=0)), ("BAD_KV_LEN", dict(kv=x,
-                                                                               kv_len=KV + 1))]
-        else:
-            cases.append(("BAD_CROSS", dict(kv=x)))
-        if not cfg.causal_mask:
-            cases.append(("BAD_CAUSAL", dict(causal=True)))
-        cases.append(("BAD_SHIFT", None))
+        x = run["x"]
+        cases = bad_setting_cases(cfg, x, pack_rows(x))
         cause, kw = rng.choice(cases)
         self.stalls(rng)
         if kw is None:      # a shift register out of 1..62 (also clears WEIGHTS_VALID)

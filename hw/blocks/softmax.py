@@ -17,7 +17,30 @@ from hw.blocks.dsp import WideMultiplier
 from hw.blocks.exp2 import Exp2Unit
 from hw.blocks.queue import StreamQueue
 
-__all__ = ["SoftmaxUnit", "SoftmaxGeometry", "score_beat_layout", "prob_beat_layout"]
+__all__ = ["SoftmaxUnit", "SoftmaxGeometry", "score_beat_layout", "prob_beat_layout",
+           "settings_ports", "settings_error"]
+
+
+def settings_ports(cfg: AttentionConfig) -> dict:
+    """The run-time settings of a softmax unit (static while rows are in flight) and its
+    ``error`` output, as component members."""
+    return {
+        "exp_mult": In(unsigned(cfg.exp_mult_bits)),
+        "exp_shift": In(unsigned(6)),
+        "causal": In(1),
+        "kv_len": In(unsigned(cfg.seq_len_bits)),
+        "error": Out(1),
+    }
+
+
+def settings_error(cfg: AttentionConfig, unit):
+    """Whether ``unit``'s settings are invalid: ``exp_shift`` 0 or 63, ``kv_len`` 0 or above
+    ``max_kv_len``, or ``causal`` on a configuration built without the causal mask."""
+    bad = ((unit.exp_shift == 0) | (unit.exp_shift == 63)
+           | (unit.kv_len == 0) | (unit.kv_len > cfg.max_kv_len))
+    if not cfg.causal_mask:
+        bad = bad | unit.causal
+    return bad
 
 
 def score_beat_layout(cfg: AttentionConfig) -> data.StructLayout:
@@ -192,11 +215,7 @@ class SoftmaxUnit(wiring.Component):
         super().__init__({
             "scores": In(stream.Signature(score_beat_layout(cfg))),
             "probs": Out(stream.Signature(prob_beat_layout(cfg))),
-            "exp_mult": In(unsigned(cfg.exp_mult_bits)),
-            "exp_shift": In(unsigned(6)),
-            "causal": In(1),
-            "kv_len": In(unsigned(cfg.seq_len_bits)),
-            "error": Out(1),
+            **settings_ports(cfg),
         })
 
     # ------------------------------------------------------------------ geometry and timing
@@ -223,11 +242,7 @@ class SoftmaxUnit(wiring.Component):
 
         # ---- run-time settings
         error = Signal()
-        bad = ((self.exp_shift == 0) | (self.exp_shift == 63)
-               | (self.kv_len == 0) | (self.kv_len > cfg.max_kv_len))
-        if not cfg.causal_mask:
-            bad = bad | self.causal
-        m.d.comb += [error.eq(bad), self.error.eq(error)]
+        m.d.comb += [error.eq(settings_error(cfg, self)), self.error.eq(error)]
 
         bufs = self._buffers(m, shapes)
         s_depth, e_depth = shapes.s_depth, shapes.e_depth

@@ -18,6 +18,7 @@ from hw.blocks.delay import DelayLine
 from hw.blocks.divider import ReciprocalDivider
 from hw.blocks.exp2 import Exp2Table, ExpScale
 from hw.blocks.queue import StreamQueue
+from hw.blocks.softmax import settings_error, settings_ports
 
 __all__ = ["TileSoftmaxUnit", "tile_score_layout", "tile_prob_layout", "tile_row_layout"]
 
@@ -143,11 +144,7 @@ class TileSoftmaxUnit(wiring.Component):
             "scores": In(stream.Signature(tile_score_layout(cfg, rows))),
             "probs": Out(stream.Signature(tile_prob_layout(cfg, fmt, rows))),
             "row_info": Out(stream.Signature(tile_row_layout(cfg, fmt, rows))),
-            "exp_mult": In(unsigned(cfg.exp_mult_bits)),
-            "exp_shift": In(unsigned(6)),
-            "causal": In(1),
-            "kv_len": In(unsigned(cfg.seq_len_bits)),
-            "error": Out(1),
+            **settings_ports(cfg),
         })
 
     # ------------------------------------------------------------------ widths
@@ -167,11 +164,7 @@ class TileSoftmaxUnit(wiring.Component):
     def elaborate(self, platform):
         cfg = self.cfg
         m = Module()
-        bad = ((self.exp_shift == 0) | (self.exp_shift == 63)
-               | (self.kv_len == 0) | (self.kv_len > cfg.max_kv_len))
-        if not cfg.causal_mask:
-            bad = bad | self.causal
-        m.d.comb += self.error.eq(bad)
+        m.d.comb += self.error.eq(settings_error(cfg, self))
 
         side = data.StructLayout({
             "row": unsigned(cfg.seq_len_bits), "slot": unsigned(_bits(self.rows)),
