@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from golden import load_config
+from golden import Requant, load_config
 from golden.config import AttentionConfig
 from hw.gen.verilog import REPO_ROOT
 from hw.blocks.matmul import MatmulEngine
@@ -223,6 +223,36 @@ def test_engine_random_commands(rows, cols, idle, bp):
     assert got == expected
     assert bench.errors == 0
     assert all(v == 0 for v in bench.leftover.values()), bench.leftover
+
+
+@pytest.mark.parametrize("idle,bp", [(0.0, 0.0), (0.3, 0.4)])
+def test_engine_wide_a_operands(idle, bp):
+    """18-bit A operands (the tiled path's E, UQ1.16, times V): raw sums of up to 64 keys,
+    and one requantized product, exact."""
+    cfg = TINY.replace(max_seq_len=32, max_kv_len=64)
+    rng = np.random.default_rng(31)
+    bench = EngineBench(MatmulEngine(cfg, a_width=18), idle, bp, seed=3)
+    expected = []
+    for m, n, k, rq in ((6, 8, 64, False), (5, 3, 17, False), (8, 8, 64, True)):
+        case = random_case(cfg, rng, m, n, k, bias=False, requant=False, probs=False)
+        case.a = rng.integers(0, (1 << 16) + 1, size=(m, k))
+        case.a[0, 0] = 1 << 16                          # the largest E, 1.0
+        if rq:
+            peak = int(np.abs(case.a @ case.b).max())
+            case.requant = Requant(40000, (peak * 40000).bit_length() - 7)
+        bench.add(case)
+        expected += expected_rows(cfg, case)
+    got = bench.run(len(expected))
+    assert got == expected
+    assert bench.errors == 0
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+def test_engine_a_width_range():
+    with pytest.raises(ValueError, match="a_width = 19 is out of range: allowed 9..18"):
+        MatmulEngine(TINY, a_width=19)
+    with pytest.raises(ValueError, match="a_width = 8 is out of range: allowed 9..18"):
+        MatmulEngine(TINY, a_width=8)
 
 
 @pytest.mark.parametrize("rows,cols,m,n,k", [(4, 4, 8, 16, 16), (4, 4, 5, 7, 3),

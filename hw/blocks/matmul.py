@@ -84,7 +84,8 @@ class MatmulEngine(wiring.Component):
         ``m``, ``n``, ``k`` (unsigned, ``max_*.bit_length()`` bits), ``bias_en``,
         ``requant_en``, ``mult`` (unsigned ``cfg.requant_mult_bits``), ``shift`` (unsigned 6).
     a : In(stream.Signature(ArrayLayout(signed(a_width), R)))
-        ``a_width = max(act_bits, prob_bits + 1)``.
+        ``a_width = max(act_bits, prob_bits + 1)``, or the constructor's ``a_width`` (up to
+        18: the tiled path's unnormalized probabilities).
     b : In(stream.Signature(ArrayLayout(signed(b_width), C)))
         ``b_width = max(act_bits, weight_bits)``.
     bias : In(stream.Signature(ArrayLayout(signed(cfg.bias_bits), C)))
@@ -98,7 +99,8 @@ class MatmulEngine(wiring.Component):
     MAX_DIM = 1 << 16
 
     def __init__(self, cfg: AttentionConfig, *, max_m: int | None = None,
-                 max_n: int | None = None, max_k: int | None = None):
+                 max_n: int | None = None, max_k: int | None = None,
+                 a_width: int | None = None):
         if not isinstance(cfg, AttentionConfig):
             raise TypeError(f"cfg must be an AttentionConfig, not {cfg!r}")
         defaults = {
@@ -118,6 +120,14 @@ class MatmulEngine(wiring.Component):
         self.max_m, self.max_n, self.max_k = given["max_m"], given["max_n"], given["max_k"]
         self.rows, self.cols = cfg.array_rows, cfg.array_cols
         self.a_width, self.b_width = operand_widths(cfg)
+        if a_width is not None:
+            # Wider A operands: the tiled path's unnormalized probabilities E (UQ1.16 with a
+            # sign, 18 bits, still one 18 x 18 block per PE).
+            if isinstance(a_width, bool) or not isinstance(a_width, int) \
+                    or not self.a_width <= a_width <= 18:
+                raise ValueError(f"a_width = {a_width!r} is out of range: allowed "
+                                 f"{self.a_width}..18")
+            self.a_width = a_width
         SystolicArray.check(self.rows, self.cols, self.a_width, self.b_width, cfg.acc_bits)
 
         self.cmd_layout = data.StructLayout({
