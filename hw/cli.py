@@ -372,6 +372,15 @@ def cmd_synth_blocks(args) -> int:
         print(f"tanh unit, {args.lanes} lane(s): synth_ecp5: "
               + ", ".join(f"{c} {n}" for c, n in sorted(cells.items()))
               + " (synthesis only: a pipeline of registered stages)")
+    if "posenc" in what:
+        from hw.blocks.posenc import PositionalEncoder
+        from hw.flow.synth_matmul import synth_ecp5
+        if cfg.d_model % 8:
+            raise UsageError(f"posenc: d_model = {cfg.d_model} is not a multiple of 8")
+        cells = synth_ecp5(PositionalEncoder(cfg.d_model, cfg.max_seq_len),
+                           f"posenc_{cfg.name}")
+        print(f"positional encoder, d {cfg.d_model}, {cfg.max_seq_len} positions: synth_ecp5: "
+              + ", ".join(f"{c} {n}" for c, n in sorted(cells.items())))
     tiled = [w for w in what if w in ("tile-softmax", "tile-accumulator")]
     if tiled:
         from golden.online_softmax import tiled_format
@@ -616,10 +625,11 @@ def _parser() -> argparse.ArgumentParser:
                 "engine and the softmax unit")
     p.add_argument("--what", default="all",
                    choices=("matmul", "softmax", "tile-softmax", "tile-accumulator", "tanh",
-                            "all"),
+                            "posenc", "all"),
                    help="all: matmul and softmax; tile-softmax, tile-accumulator: the "
                    "key/value-tiled path's softmax unit and output accumulator; tanh: the "
-                   "additive scoring's tanh unit (these three not yet in the top)")
+                   "additive scoring's tanh unit; posenc: the positional-encoding adder "
+                   "(these four not yet in the top)")
     p.add_argument("--lanes", type=int, default=1, help="tanh: lanes (1)")
     p.add_argument("--kv-tile", type=int, default=64,
                    help="tile-*: keys per tile (64)")

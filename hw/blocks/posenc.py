@@ -1,0 +1,219 @@
+"""Sinusoidal positional encoding (1-D and 2-D) added to the input rows as they stream in.
+
+Hardware twin of :func:`golden.posenc.add_encoding` with the codes of
+:func:`golden.posenc.encoding_int` (docs/numerics.md, "Positional encodings").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from amaranth.hdl import Cat, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from golden.posenc import PE_BITS, encoding_int
+
+from hw.blocks.dsp import RegisteredMultiplier
+
+__all__ = ["PositionalEncoder", "PeMode", "PE_WORD"]
+
+#: 32-bit words of four int8 elements (element 4a + k in byte k) with the stream's last flag.
+PE_WORD = stream.Signature(data.StructLayout({"data": 32, "last": 1}))
+
+
+class PeMode(enum.Enum, shape=2):
+    OFF = 0
+    ONE_D = 1       # position = offset + row
+    TWO_D = 2       # grid row and column of position offset * W + row (offset in grid rows)
+
+
+class PositionalEncoder(wiring.Component):
+    """Adds ``round_shift(code * pe_mult, pe_shift)`` to each int8 element of the first
+    ``seq_len`` rows of a stream of ``d / 4``-word rows, saturating, where ``code`` is
+    ``round(p 2**14)`` of the sinusoidal encoding of the element's position and channel; the
+    words after them (the second sequence of a cross run) pass unchanged.
+
+    - 1-D: position ``offset + i`` for row ``i``; ``p(pos, 2j) = sin(pos / 10000**(2j/d))``,
+      ``p(pos, 2j+1)`` the cosine.
+    - 2-D, an H x W grid in row-major order, ``W = grid_width``: row ``i`` is grid row
+      ``offset + i // W`` (``offset`` counts whole grid rows here, so a long image is sent in
+      pieces of whole rows) and column ``i % W``; the first ``d/2`` channels are the 1-D
+      encoding with ``d/2`` channels of the grid row, the last ``d/2`` that of the column.
+
+    One table serves both: the codes of positions ``0 .. max_position - 1`` and ``d``
+    channels (block RAM, ``max_position x d/8`` words of eight 16-bit codes); the ``d/2``
+    channel encoding's pair ``j`` is the ``d`` channel encoding's pair ``2j``.
+
+    Invalid settings raise ``error`` and the words pass unchanged: a mode not built
+    (``modes``), 2-D with ``grid_width`` 0 or not dividing ``seq_len``, or positions past the
+    table (1-D: ``offset + seq_len > max_position``; 2-D: ``offset + seq_len / W`` or ``W``
+    above it). In 2-D mode the check is a restoring division of ``seq_len`` by ``W`` after
+    ``restart`` (``pb + 1`` cycles, ``pb`` the width of a position, while ``i_stream``
+    waits); ``error`` is valid from then on, in the other modes at once.
+
+    Ports: ``i_stream``/``o_stream`` words (:data:`PE_WORD`); ``restart`` (a strobe before a
+    sequence's first word: the row and channel counters restart); the settings ``mode``,
+    ``offset``, ``grid_width``, ``seq_len``, ``pe_mult`` (16 bits), ``pe_shift`` (1..62),
+    static from ``restart`` to the sequence's last word. Latency: 6 cycles from a word's
+    handshake to its output word's ``valid``; throughput one word per cycle; backpressure
+    stalls the whole pipeline (``i_stream.ready`` is low while ``o_stream`` holds a word it
+    cannot hand on).
+
+    Parameters
+    ----------
+    d : int
+        Elements per row (a multiple of 8).
+    max_position : int
+        Positions in the table (1..65536).
+    modes : tuple of str
+        Which of ``"1d"``, ``"2d"`` are built.
+    act_bits : int
+        8 (four elements per word).
+    """
+
+    LATENCY = 6
+
+    def __init__(self, d: int, max_position: int, modes=("1d", "2d"), act_bits: int = 8):
+        if not isinstance(d, int) or d < 8 or d % 8:
+            raise ValueError(f"d = {d!r} must be a multiple of 8 (>= 8)")
+        if not isinstance(max_position, int) or not 1 <= max_position <= 65536:
+            raise ValueError(f"max_position = {max_position!r} is out of range: allowed "
+                             f"1..65536")
+        bad = [m for m in modes if m not in ("1d", "2d")]
+        if bad or not modes:
+            raise ValueError(f"modes = {modes!r}: allowed a non-empty subset of '1d', '2d'")
+        if act_bits != 8:
+            raise ValueError(f"act_bits = {act_bits!r}: the encoder packs four int8 per word")
+        self.d, self.max_position, self.modes = d, max_position, tuple(modes)
+        pb = max(1, max_position.bit_length())
+        super().__init__({
+            "i_stream": In(PE_WORD), "o_stream": Out(PE_WORD),
+            "restart": In(1),
+            "mode": In(PeMode), "offset": In(unsigned(pb)), "grid_width": In(unsigned(pb)),
+            "seq_len": In(unsigned(pb)),
+            "pe_mult": In(unsigned(16)), "pe_shift": In(unsigned(6)),
+            "error": Out(1),
+        })
+
+    def table(self) -> np.ndarray:
+        """The ROM: (max_position, d/8, 8) codes."""
+        return encoding_int(self.max_position, self.d).reshape(self.max_position, -1, 8)
+
+    def elaborate(self, platform):
+        m = Module()
+        d4 = self.d // 4
+        pb = len(self.offset)
+        code_shape = signed(PE_BITS + 2)
+        entry = data.ArrayLayout(code_shape, 8)
+        rom = Memory(shape=entry, depth=self.max_position * (self.d // 8),
+                     init=[[int(v) for v in word] for pos in self.table() for word in pos])
+        m.submodules.rom = rom
+        rd = rom.read_port(domain="sync")
+
+        # ---- settings check. 2-D needs seq_len / W and seq_len % W: a restoring division
+        # of pb + 1 steps after ``restart`` (``i_stream`` waits for it: 2-D sequences start
+        # pb + 2 cycles later).
+        two_d = self.mode == PeMode.TWO_D
+        W = self.grid_width
+        built_bad = (self.mode.as_value() == 3)
+        for name, mode in (("1d", PeMode.ONE_D), ("2d", PeMode.TWO_D)):
+            if name not in self.modes:
+                built_bad = built_bad | (self.mode == mode)
+        one_bad = (self.mode == PeMode.ONE_D) & (self.offset + self.seq_len > self.max_position)
+        checking = Signal()
+        step = Signal(range(pb + 2))
+        rem = Signal(pb + 1)
+        quo = Signal(pb + 1)
+        with m.If(self.restart):
+            m.d.sync += [checking.eq(two_d), step.eq(pb), rem.eq(0), quo.eq(0)]
+        with m.Elif(checking):
+            nxt = Cat(self.seq_len.bit_select(step, 1), rem[:pb])
+            with m.If(nxt >= W):
+                m.d.sync += [rem.eq(nxt - W), quo.eq(Cat(1, quo[:pb]))]
+            with m.Else():
+                m.d.sync += [rem.eq(nxt), quo.eq(Cat(0, quo[:pb]))]
+            m.d.sync += step.eq(step - 1)
+            with m.If(step == 0):
+                m.d.sync += checking.eq(0)
+        two_bad = two_d & ((W == 0) | (W > self.max_position) | (rem != 0)
+                           | (self.offset + quo > self.max_position))
+        err = Signal()
+        m.d.comb += [err.eq(built_bad | one_bad | two_bad), self.error.eq(err)]
+
+        # ---- position counters of the word being taken
+        advance = Signal()                # the pipeline moves
+        take = Signal()
+        m.d.comb += [advance.eq(~self.o_stream.valid | self.o_stream.ready),
+                     self.i_stream.ready.eq(advance & ~checking & ~self.restart),
+                     take.eq(self.i_stream.valid & self.i_stream.ready)]
+        word = Signal(range(d4))          # word within the row
+        row = Signal(pb + 1)              # rows of this sequence so far
+        col = Signal(pb)                  # 2-D: column within the grid row
+        grow = Signal(pb + 1)             # 2-D: grid row
+        with m.If(self.restart):
+            m.d.sync += [word.eq(0), row.eq(0), col.eq(0), grow.eq(self.offset)]
+        with m.Elif(take):
+            with m.If(word == d4 - 1):
+                m.d.sync += [word.eq(0), row.eq(row + 1)]
+                with m.If(col == W - 1):
+                    m.d.sync += [col.eq(0), grow.eq(grow + 1)]
+                with m.Else():
+                    m.d.sync += col.eq(col + 1)
+            with m.Else():
+                m.d.sync += word.eq(word + 1)
+        encoding = ~err & (self.mode != PeMode.OFF) & (row < self.seq_len)
+
+        # ---- ROM address: 1-D (offset + row, word // 2); 2-D (grid row or column, group)
+        pos1 = (self.offset + row)[:pb]
+        grp = word                        # channels 4 word .. 4 word + 3
+        first_half = grp < d4 // 2
+        pos2 = Mux(first_half, grow, col)[:pb]
+        k2 = Mux(first_half, grp, grp - d4 // 2)
+        addr = Mux(two_d, pos2 * (self.d // 8) + k2, pos1 * (self.d // 8) + (grp >> 1))
+        m.d.comb += [rd.addr.eq(addr), rd.en.eq(advance)]
+
+        # ---- pipeline: s1 (ROM read issued, word and selection registered), s2 (codes),
+        # s3-s5 (the products), s6 (rounded shift, add, saturate) -> output register
+        s1 = Signal(data.StructLayout({"valid": 1, "data": 32, "last": 1, "enc": 1,
+                                       "two_d": 1, "odd": 1}))
+        with m.If(advance):
+            m.d.sync += [s1.valid.eq(take), s1.data.eq(self.i_stream.payload.data),
+                         s1.last.eq(self.i_stream.payload.last), s1.enc.eq(encoding),
+                         s1.two_d.eq(two_d), s1.odd.eq(grp[0])]
+        # The four codes of the word: 1-D the low or high half of the eight; 2-D channels
+        # 0, 1, 4, 5 of them.
+        codes = [Signal(code_shape, name=f"code{k}") for k in range(4)]
+        sel = [Mux(s1.two_d, rd.data[(0, 1, 4, 5)[k]],
+                   Mux(s1.odd, rd.data[4 + k], rd.data[k])) for k in range(4)]
+        s2 = Signal.like(s1)
+        with m.If(advance):
+            m.d.sync += [s2.eq(s1), *[codes[k].eq(sel[k]) for k in range(4)]]
+        mults = []
+        for k in range(4):
+            mul = RegisteredMultiplier(code_shape, unsigned(16), fabric_reg=True)
+            m.submodules[f"mult{k}"] = mul
+            m.d.comb += [mul.en.eq(advance), mul.a.eq(codes[k]), mul.b.eq(self.pe_mult)]
+            mults.append(mul.p)
+        lat = RegisteredMultiplier.latency_for(True)
+        side = [s2]
+        for i in range(lat):
+            nxt = Signal.like(s1, name=f"s{3 + i}")
+            with m.If(advance):
+                m.d.sync += nxt.eq(side[-1])
+            side.append(nxt)
+        last = side[-1]
+        sm1 = Signal(6)
+        m.d.sync += sm1.eq(self.pe_shift - 1)
+        out = []
+        for k in range(4):
+            x = last.data[8 * k:8 * k + 8].as_signed()
+            add = ((mults[k] >> sm1) + 1) >> 1
+            v = Signal(signed(len(mults[k]) + 2), name=f"sum{k}")
+            m.d.comb += v.eq(x + Mux(last.enc, add, 0))
+            out.append(Mux(v > 127, 127, Mux(v < -128, -128, v))[:8])
+        o = self.o_stream
+        with m.If(advance):
+            m.d.sync += [o.valid.eq(last.valid), o.payload.data.eq(Cat(*out)),
+                         o.payload.last.eq(last.last)]
+        return m
