@@ -206,8 +206,9 @@ def _groups(records) -> list[list[tuple]]:
     return groups
 
 
-def _check(cfg, layer, prog, ev, recs, out_words, stats) -> dict:
-    """Whether event ``ev`` went as it must, from its records; counts values and faults."""
+def _check(cfg, layer, prog, ev, recs, out_words, before: int, stats) -> dict:
+    """Whether event ``ev`` went as it must, from its records (``before``: the words received
+    before them); counts values and faults."""
     reads = [r for r in recs if r[0] == "R"]
     writes = [r for r in recs if r[0] == "W"]
     status_bit = prog.bit
@@ -220,9 +221,10 @@ def _check(cfg, layer, prog, ev, recs, out_words, stats) -> dict:
         return dict(ok=set(ev["errors"]) == set(ev["want"]) and not ev["busy_after"])
     if kind == "busy_misuse":
         ev["errors"] = _names(reads[0][1])
-        ev["weights_valid"] = bool(reads[-1][1] & status_bit("STATUS", "WEIGHTS_VALID"))
+        status = reads[-1][1]
+        ev["weights_valid"] = bool(status & status_bit("STATUS", "WEIGHTS_VALID"))
         ok = (ev["errors"] == ["START_WHILE_BUSY", "WRITE_WHILE_BUSY"]
-              and ev["weights_valid"])
+              and ev["weights_valid"] and not status & status_bit("STATUS", "ERROR"))
     if kind == "bus_misuse":
         w_resp, r_resp = writes[0][1], reads[0][2]
         before, after, ro = reads[1][1], reads[2][1], writes[1][1]
@@ -240,9 +242,16 @@ def _check(cfg, layer, prog, ev, recs, out_words, stats) -> dict:
                            key_len=run["key_len"])
     ends = [r for r in recs if r[0] == "E"]
     n = want.size // 4
-    if not ends or ends[-1][1] < n or (kind != "busy_misuse" and reads[-1][1]):
+    # The run's packet is the event's last. Before it come only the words of a run a reset
+    # cut short (the reset event); every other event's packet is all the words it received.
+    first = ends[-2][1] if len(ends) > 1 else before
+    got = ends[-1][1] - first if ends else 0
+    ev["words"] = got
+    if not ends or got < n or (kind != "reset" and got != n) \
+            or (kind != "busy_misuse" and reads[-1][1]):
         bad = want.size
-        ev["errors"] = ev.get("errors") or _names(reads[-1][1]) if reads else []
+        if reads and kind != "busy_misuse":
+            ev["errors"] = _names(reads[-1][1])
     else:
         end = ends[-1][1]
         out = unpack_words(out_words[end - n:end], cfg.d_model)
@@ -323,8 +332,16 @@ def run_fast_soak(cfg: AttentionConfig, values: int, seed: int, out: Path,
         if len(groups) < len(events):
             raise RuntimeError(f"the harness stopped early in epoch {epoch}: "
                                f"{len(groups)} of {len(events)} events have records")
+        # The layer load: every window write and register write answered OKAY.
+        load = res.records[:next(i for i, r in enumerate(res.records) if r[0] == "C")]
+        if any(r[0] == "B" and r[1] for r in load) or any(r[0] == "W" and r[1] for r in load):
+            raise RuntimeError(f"the layer load of epoch {epoch} was refused: "
+                               f"{[r for r in load if r[0] in 'BW' and r[1]][:3]}")
+        before = 0
         for ev, recs in zip(events, groups):
-            ev.update(_check(cfg, layer, prog, ev, recs, res.out_words, stats))
+            ev.update(_check(cfg, layer, prog, ev, recs, res.out_words, before, stats))
+            ends = [r[1] for r in recs if r[0] == "E"]
+            before = ends[-1] if ends else before
             stats["events"] += 1
             stats["kinds"][ev["kind"]] += 1
             stats["failed_events"] += not ev["ok"]

@@ -64,6 +64,14 @@ def test_modes_exact(mode, offset, grid, idle, bp):
     np.testing.assert_array_equal(out, want)
 
 
+def test_long_tail_passes_unchanged():
+    """Rows after the sequence (a cross run's second sequence) pass unchanged however many:
+    more than the row counter's range."""
+    out, bad, want = run(16, 8, "1d", 4, tail=40)
+    assert not bad
+    np.testing.assert_array_equal(out, want)
+
+
 def test_default_width_and_scale():
     """d = 128 (the default configuration), the table's full 64 positions, a realistic scale."""
     out, bad, want = run(128, 64, "1d", 40, offset=24, mult=26000, shift=21)

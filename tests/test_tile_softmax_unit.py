@@ -13,7 +13,8 @@ import pytest
 from amaranth.hdl import Fragment
 
 from golden import load_config
-from golden.online_softmax import RowState, score_log2, softmax_tile, tiled_format
+from golden.online_softmax import (RowState, row_reciprocal, score_log2, softmax_tile,
+                                   tiled_format)
 from hw.blocks.tile_softmax import TileSoftmaxUnit
 from hw.gen.verilog import REPO_ROOT
 from sim.amaranth_streams import StreamConsumer, StreamProducer, simulate
@@ -67,10 +68,9 @@ def expected(cfg, fmt, st: Settings, tiles: list[QueryTile]):
                                   int(b == beats - 1)))
                 entry = {"slot": r, "rise": int(rise[r]), "started": int(state.started[r]),
                          "first": int(t == 0), "final": int(final), "last": int(r == rows - 1)}
-                if final and state.started[r]:
-                    lsum = int(state.row_sum[r])
-                    lead = lsum.bit_length() - 1
-                    entry.update(recip=(1 << (lead + R)) // lsum, lead=lead)
+                if final:       # rows without a valid key divide 1, as golden
+                    recip, lead = row_reciprocal(state.row_sum[r:r + 1], R)
+                    entry.update(recip=int(recip[0]), lead=int(lead[0]))
                 info.append(entry)
     return probs, info
 
@@ -221,6 +221,8 @@ def test_rejects_bad_arguments():
         TileSoftmaxUnit(TINY, fmt, 0)
     with pytest.raises(TypeError, match="TiledFormat"):
         TileSoftmaxUnit(TINY, 8, 4)
+    with pytest.raises(ValueError, match="kv_tile = 5 must be a multiple of softmax_lanes = 2"):
+        TileSoftmaxUnit(WIDE, tiled_format(WIDE, 5), 4)
 
 
 @pytest.mark.parametrize("cfg,tile,rows", [(TINY, 8, 6), (WIDE, 8, 4),

@@ -49,8 +49,9 @@ class PositionalEncoder(wiring.Component):
     (``modes``), 2-D with ``grid_width`` 0 or not dividing ``seq_len``, or positions past the
     table (1-D: ``offset + seq_len > max_position``; 2-D: ``offset + seq_len / W`` or ``W``
     above it). In 2-D mode the check is a restoring division of ``seq_len`` by ``W`` after
-    ``restart`` (``pb + 1`` cycles, ``pb`` the width of a position, while ``i_stream``
-    waits); ``error`` is valid from then on, in the other modes at once.
+    ``restart`` (``pb + 1`` steps, ``pb`` the width of a position; the first word is taken
+    ``pb + 2`` cycles after ``restart``); ``error`` is valid from then on, in the other
+    modes at once.
 
     Ports: ``i_stream``/``o_stream`` words (:data:`PE_WORD`); ``restart`` (a strobe before a
     sequence's first word: the row and channel counters restart); the settings ``mode``,
@@ -155,7 +156,11 @@ class PositionalEncoder(wiring.Component):
             m.d.sync += [word.eq(0), row.eq(0), col.eq(0), grow.eq(self.offset)]
         with m.Elif(take):
             with m.If(word == d4 - 1):
-                m.d.sync += [word.eq(0), row.eq(row + 1)]
+                m.d.sync += word.eq(0)
+                # The row count stops at seq_len: the rows after it (a second sequence of any
+                # length) pass unchanged however many they are.
+                with m.If(row < self.seq_len):
+                    m.d.sync += row.eq(row + 1)
                 with m.If(col == W - 1):
                     m.d.sync += [col.eq(0), grow.eq(grow + 1)]
                 with m.Else():

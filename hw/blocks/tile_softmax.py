@@ -84,9 +84,11 @@ class TileSoftmaxUnit(wiring.Component):
       ``final`` and ``last`` (the query tile's last row).
 
     Key ``j = key0 + b * lanes + lane`` of beat ``b`` of a row counts iff ``j < kv_len``, not
-    ``causal`` or ``j <= row``, and the settings are valid. A tile row longer than
-    ``ceil(kv_tile / lanes)`` beats (a producer error) is cut there and the beats after it
-    produce zeros (the state of such a row is then undefined, never a hang).
+    ``causal`` or ``j <= row``, and the settings are valid (``kv_tile`` is a multiple of the
+    lanes, so only a row's last tile can end inside a beat, past the keys sent). A tile row
+    longer than ``kv_tile / lanes`` beats (a producer error) is cut there, and the beats after
+    it form further segments of zeros, each with its own ``row_info`` entry for the same slot:
+    the row's state and the entry count are then wrong, but nothing hangs.
 
     Architecture, four stages connected by queues, every row of every tile passing each:
 
@@ -137,6 +139,12 @@ class TileSoftmaxUnit(wiring.Component):
             raise TypeError(f"fmt must be a TiledFormat, not {fmt!r}")
         if not 1 <= rows <= cfg.max_seq_len:
             raise ValueError(f"rows = {rows} is out of range: allowed 1..{cfg.max_seq_len}")
+        # A tile ends on a beat boundary: the lanes past a tile's end would otherwise count
+        # keys that belong to the next tile (only the last tile of a row may be short, and
+        # its lanes past the keys sent lie at or beyond kv_len).
+        if fmt.kv_tile % cfg.softmax_lanes:
+            raise ValueError(f"kv_tile = {fmt.kv_tile} must be a multiple of softmax_lanes = "
+                             f"{cfg.softmax_lanes}")
         self.cfg, self.fmt, self.rows = cfg, fmt, rows
         self.max_beats = -(-fmt.kv_tile // cfg.softmax_lanes)
         self.ring_depth = self.max_beats + self.RING_SLACK
@@ -513,7 +521,9 @@ class TileSoftmaxUnit(wiring.Component):
         t_in = Signal(tag)
         m.d.comb += [t_in.slot.eq(e.slot), t_in.rise.eq(e.rise), t_in.started.eq(e.started),
                      t_in.first.eq(e.first), t_in.final.eq(e.final), t_in.last.eq(e.last),
-                     div.i_valid.eq(e_valid), div.i_sum.eq(e_l), div.i_tag.eq(t_in)]
+                     # A row with no valid key (l = 0) divides 1, as the golden model does.
+                     div.i_valid.eq(e_valid), div.i_sum.eq(Mux(e_l == 0, 1, e_l)),
+                     div.i_tag.eq(t_in)]
         t_out = tag(div.o_tag)
         w = info_q.w_stream
         m.d.comb += [w.valid.eq(div.o_valid), w.payload.slot.eq(t_out.slot),
