@@ -227,9 +227,9 @@ def _check(cfg, layer, prog, ev, recs, out_words, before: int, stats) -> dict:
               and ev["weights_valid"] and not status & status_bit("STATUS", "ERROR"))
     if kind == "bus_misuse":
         w_resp, r_resp = writes[0][1], reads[0][2]
-        before, after, ro = reads[1][1], reads[2][1], writes[1][1]
+        cycles_before, cycles_after, ro = reads[1][1], reads[2][1], writes[1][1]
         ev.update(write_resp=w_resp, read_resp=r_resp)
-        ok = w_resp == 2 and r_resp == 2 and ro == 0 and before == after
+        ok = w_resp == 2 and r_resp == 2 and ro == 0 and cycles_before == cycles_after
     if kind == "reset":
         status = reads[0][1]
         ev["idle_after_reset"] = not status & (status_bit("STATUS", "BUSY")
