@@ -521,43 +521,59 @@ def np_save(path, **arrays):
     np.savez(path, **arrays)
 
 
-def _parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog="python -m hw", description=__doc__.split("\n\n")[0],
-                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                 epilog="python -m hw COMMAND --help shows a command's options.")
-    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                            parser_class=_Parser)
+# The subcommands: name, function, help, whether it takes --config, and its other options.
+def _commands():
+    return [
+        ("generate", cmd_generate, "write Verilog, file list, register map, config, "
+         "constraint templates and FuseSoC core", True, _args_generate),
+        ("lint", cmd_lint, "verilator --lint-only -Wall of every generated block "
+         "(attention_top, matmul_engine, softmax_unit)", True, _args_lint),
+        ("config", cmd_config, "validate a configuration and print it resolved", True,
+         _args_config),
+        ("regmap", cmd_regmap, "write the register map: regmap.json, attention_regs.h, "
+         "register_map.md", True, _args_regmap),
+        ("vectors", cmd_vectors, "export golden test vectors (.npz, .hex, manifest)", True,
+         _args_vectors),
+        ("accuracy", cmd_accuracy, "golden integer model against float64 on every shipped "
+         "configuration", False, _args_accuracy),
+        ("bench", cmd_bench, "cycle benchmarks against their models: matrix engine, softmax "
+         "unit (Amaranth simulator), whole layer (Verilator)", True, _args_bench),
+        ("perf", cmd_perf, "cycle models without simulation", True, _args_perf),
+        ("run", cmd_run, "quantize a float layer on its input, run it on the hardware (or the "
+         "golden model) and compare with float64", True, _args_run),
+        ("synth-blocks", cmd_synth_blocks, "ECP5 synthesis (and nextpnr) of the matrix engine, "
+         "the softmax unit and the blocks not yet in the top", True, _args_synth_blocks),
+        ("formal", cmd_formal, "SymbiYosys: AXI4-Lite register block (BMC, k-induction, "
+         "covers, response bound), m_axis of the whole top (k-induction), and a mutant per "
+         "group that must fail", True, _args_formal),
+        ("soak", cmd_soak, "random layers, modes, lengths, stalls, resets and bad settings on "
+         "the generated top, every output value against golden", True, _args_soak),
+    ]
 
-    def command(name, func, help, config=True):
-        p = sub.add_parser(name, help=help, description=help)
-        if config:
-            p.add_argument("--config", default=DEFAULT_CONFIG, type=Path,
-                           help="configuration TOML (default configs/default.toml)")
-        p.set_defaults(func=func)
-        return p
 
-    p = command("generate", cmd_generate, "write Verilog, file list, register map, config, "
-                "constraint templates and FuseSoC core")
+def _args_generate(p) -> None:
     p.add_argument("--out", default="build/verilog")
     p.add_argument("--clock-mhz", type=float, default=DEFAULT_CLOCK_MHZ,
                    help="clock of the SDC/XDC constraint templates, MHz (default 100)")
 
-    p = command("lint", cmd_lint, "verilator --lint-only -Wall of every generated block "
-                "(attention_top, matmul_engine, softmax_unit)")
+
+def _args_lint(p) -> None:
     p.add_argument("--out", default="build/lint")
     p.add_argument("--block", nargs="+", choices=("attention_top", "matmul_engine",
                                                   "softmax_unit"),
                    default=["attention_top", "matmul_engine", "softmax_unit"],
                    help="blocks to lint (default all)")
 
-    p = command("config", cmd_config, "validate a configuration and print it resolved")
+
+def _args_config(p) -> None:
     p.add_argument("--toml", action="store_true", help="print TOML instead of JSON")
 
-    p = command("regmap", cmd_regmap, "write the register map: regmap.json, attention_regs.h, "
-                "register_map.md")
+
+def _args_regmap(p) -> None:
     p.add_argument("--out", default="build/regmap")
 
-    p = command("vectors", cmd_vectors, "export golden test vectors (.npz, .hex, manifest)")
+
+def _args_vectors(p) -> None:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="build/vectors")
     p.add_argument("--seq-len", type=int, default=None, help="query rows (default max_seq_len)")
@@ -566,8 +582,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cross", action="store_true",
                    help="cross-attention with max_kv_len random key/value rows")
 
-    p = command("accuracy", cmd_accuracy, "golden integer model against float64 on every "
-                "shipped configuration", config=False)
+
+def _args_accuracy(p) -> None:
     p.add_argument("--out", default="build/accuracy")
     p.add_argument("--rows", type=int, default=400,
                    help="rows per (config, multiplier, row kind) case (default 400)")
@@ -575,8 +591,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-model", action="store_true",
                    help="skip the real model (all-MiniLM-L6-v2; needs requirements-model.txt)")
 
-    p = command("bench", cmd_bench, "cycle benchmarks against their models: matrix engine, "
-                "softmax unit (Amaranth simulator), whole layer (Verilator)")
+
+def _args_bench(p) -> None:
     p.add_argument("--what", default="all", choices=("matmul", "softmax", "layer", "all"))
     p.add_argument("--rows", type=int, default=16, help="softmax: rows back to back (16)")
     p.add_argument("--lanes", type=int, nargs="+", default=[1, 2, 4],
@@ -588,13 +604,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--simulator", default="verilator", choices=("verilator", "icarus"))
     p.add_argument("--out", default="build/bench/bench.json", help="layer: report JSON")
 
-    p = command("perf", cmd_perf, "cycle models without simulation")
+
+def _args_perf(p) -> None:
     p.add_argument("--what", default="layer", choices=("layer", "softmax"))
     p.add_argument("--seq", type=int, nargs="+", default=None, help="layer: sequence lengths")
     p.add_argument("--rows", type=int, default=64, help="softmax: rows back to back (64)")
 
-    p = command("run", cmd_run, "quantize a float layer on its input, run it on the hardware "
-                "(or the golden model) and compare with float64")
+
+def _args_run(p) -> None:
     p.add_argument("--layer", required=True, help=".npz or .safetensors with the float "
                    "weights: plain Wq..Wo, bq..bo (torch (out, in) layout), "
                    "torch.nn.MultiheadAttention's in_proj_weight/out_proj.*, or Hugging Face "
@@ -621,8 +638,8 @@ def _parser() -> argparse.ArgumentParser:
                    "magnitudes (50..100) instead of their maximum")
     p.add_argument("--out", required=True, help="result .npz: y, y_int, y_ref, cycles, ...")
 
-    p = command("synth-blocks", cmd_synth_blocks, "ECP5 synthesis (and nextpnr) of the matrix "
-                "engine and the softmax unit")
+
+def _args_synth_blocks(p) -> None:
     p.add_argument("--what", default="all",
                    choices=("matmul", "softmax", "tile-softmax", "tile-accumulator", "tanh",
                             "posenc", "all"),
@@ -642,17 +659,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--generic-dsp", action="store_true",
                    help="elaborate without the ECP5 marker: behavioural multipliers")
 
-    p = command("formal", cmd_formal, "SymbiYosys: AXI4-Lite register block (BMC, "
-                "k-induction, covers, response bound), m_axis of the whole top (k-induction), "
-                "and a mutant per group that must fail")
+
+def _args_formal(p) -> None:
     p.add_argument("--quick", action="store_true",
                    help="the short set that make test runs")
     p.add_argument("--only", nargs="+", default=None, metavar="CHECK",
                    help="run only these checks (names as in formal.json)")
     p.add_argument("--out", default="build/formal")
 
-    p = command("soak", cmd_soak, "random layers, modes, lengths, stalls, resets and bad "
-                "settings on the generated top, every output value against golden")
+
+def _args_soak(p) -> None:
     p.add_argument("--sim", nargs="+", default=["icarus", "verilator"],
                    choices=("icarus", "verilator", "fast"),
                    help="icarus, verilator: cocotb with the AXI monitor; fast: the same "
@@ -664,6 +680,20 @@ def _parser() -> argparse.ArgumentParser:
                    help="run only this event (its index in events.jsonl)")
     p.add_argument("--out", default="build/soak")
 
+
+def _parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="python -m hw", description=__doc__.split("\n\n")[0],
+                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                 epilog="python -m hw COMMAND --help shows a command's options.")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                            parser_class=_Parser)
+    for name, func, help, config, add_args in _commands():
+        p = sub.add_parser(name, help=help, description=help)
+        if config:
+            p.add_argument("--config", default=DEFAULT_CONFIG, type=Path,
+                           help="configuration TOML (default configs/default.toml)")
+        p.set_defaults(func=func)
+        add_args(p)
     for name, module, help in (
             ("synth", "hw.flow.synth", "the whole top through Yosys and nextpnr "
              "(python -m hw synth --help lists its options)"),
@@ -673,6 +703,8 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("rest", nargs=argparse.REMAINDER)
         p.set_defaults(func=_passthrough(module))
     return ap
+
+
 
 
 def main(argv=None) -> int:

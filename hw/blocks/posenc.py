@@ -103,18 +103,27 @@ class PositionalEncoder(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        d4 = self.d // 4
-        pb = len(self.offset)
         code_shape = signed(PE_BITS + 2)
-        entry = data.ArrayLayout(code_shape, 8)
-        rom = Memory(shape=entry, depth=self.max_position * (self.d // 8),
+        rom = Memory(shape=data.ArrayLayout(code_shape, 8),
+                     depth=self.max_position * (self.d // 8),
                      init=[[int(v) for v in word] for pos in self.table() for word in pos])
         m.submodules.rom = rom
         rd = rom.read_port(domain="sync")
+        checking = self._check(m)
+        advance = Signal()                # the pipeline moves
+        take = Signal()
+        m.d.comb += [advance.eq(~self.o_stream.valid | self.o_stream.ready),
+                     self.i_stream.ready.eq(advance & ~checking & ~self.restart),
+                     take.eq(self.i_stream.valid & self.i_stream.ready)]
+        encoding, odd = self._address(m, rd, advance, take)
+        self._pipeline(m, rd, code_shape, advance, take, encoding, odd)
+        return m
 
-        # ---- settings check. 2-D needs seq_len / W and seq_len % W: a restoring division
-        # of pb + 1 steps after ``restart`` (``i_stream`` waits for it: 2-D sequences start
-        # pb + 2 cycles later).
+    def _check(self, m):
+        """The settings check into ``error``. 2-D needs seq_len / W and seq_len % W: a
+        restoring division of pb + 1 steps after ``restart``. Returns ``checking`` (high
+        while it runs; ``i_stream`` waits, so 2-D sequences start pb + 2 cycles later)."""
+        pb = len(self.offset)
         two_d = self.mode == PeMode.TWO_D
         W = self.grid_width
         built_bad = (self.mode.as_value() == 3)
@@ -139,16 +148,16 @@ class PositionalEncoder(wiring.Component):
                 m.d.sync += checking.eq(0)
         two_bad = two_d & ((W == 0) | (W > self.max_position) | (rem != 0)
                            | (self.offset + quo > self.max_position))
-        err = Signal()
-        m.d.comb += [err.eq(built_bad | one_bad | two_bad), self.error.eq(err)]
+        m.d.comb += self.error.eq(built_bad | one_bad | two_bad)
+        return checking
 
-        # ---- position counters of the word being taken
-        advance = Signal()                # the pipeline moves
-        take = Signal()
-        m.d.comb += [advance.eq(~self.o_stream.valid | self.o_stream.ready),
-                     self.i_stream.ready.eq(advance & ~checking & ~self.restart),
-                     take.eq(self.i_stream.valid & self.i_stream.ready)]
-        word = Signal(range(d4))          # word within the row
+    def _address(self, m, rd, advance, take):
+        """The position counters of the word being taken and the ROM address of its codes:
+        1-D (offset + row, word // 2); 2-D (grid row or column, channel group). Returns
+        (whether the word is encoded, which half of the ROM word 1-D uses)."""
+        d4, pb = self.d // 4, len(self.offset)
+        W = self.grid_width
+        word = Signal(range(d4))          # word within the row: channels 4 word .. + 3
         row = Signal(pb + 1)              # rows of this sequence so far
         col = Signal(pb)                  # 2-D: column within the grid row
         grow = Signal(pb + 1)             # 2-D: grid row
@@ -167,25 +176,25 @@ class PositionalEncoder(wiring.Component):
                     m.d.sync += col.eq(col + 1)
             with m.Else():
                 m.d.sync += word.eq(word + 1)
-        encoding = ~err & (self.mode != PeMode.OFF) & (row < self.seq_len)
-
-        # ---- ROM address: 1-D (offset + row, word // 2); 2-D (grid row or column, group)
         pos1 = (self.offset + row)[:pb]
-        grp = word                        # channels 4 word .. 4 word + 3
-        first_half = grp < d4 // 2
+        first_half = word < d4 // 2
         pos2 = Mux(first_half, grow, col)[:pb]
-        k2 = Mux(first_half, grp, grp - d4 // 2)
-        addr = Mux(two_d, pos2 * (self.d // 8) + k2, pos1 * (self.d // 8) + (grp >> 1))
-        m.d.comb += [rd.addr.eq(addr), rd.en.eq(advance)]
+        k2 = Mux(first_half, word, word - d4 // 2)
+        m.d.comb += [rd.addr.eq(Mux(self.mode == PeMode.TWO_D, pos2 * (self.d // 8) + k2,
+                                    pos1 * (self.d // 8) + (word >> 1))),
+                     rd.en.eq(advance)]
+        encoding = ~self.error & (self.mode != PeMode.OFF) & (row < self.seq_len)
+        return encoding, word[0]
 
-        # ---- pipeline: s1 (ROM read issued, word and selection registered), s2 (codes),
-        # s3-s5 (the products), s6 (rounded shift, add, saturate) -> output register
+    def _pipeline(self, m, rd, code_shape, advance, take, encoding, odd):
+        """s1 (ROM read issued, the word registered), s2 (codes), s3-s5 (the products), then
+        the rounded shift, the add and the saturation into the output register."""
         s1 = Signal(data.StructLayout({"valid": 1, "data": 32, "last": 1, "enc": 1,
                                        "two_d": 1, "odd": 1}))
         with m.If(advance):
             m.d.sync += [s1.valid.eq(take), s1.data.eq(self.i_stream.payload.data),
                          s1.last.eq(self.i_stream.payload.last), s1.enc.eq(encoding),
-                         s1.two_d.eq(two_d), s1.odd.eq(grp[0])]
+                         s1.two_d.eq(self.mode == PeMode.TWO_D), s1.odd.eq(odd)]
         # The four codes of the word: 1-D the low or high half of the eight; 2-D channels
         # 0, 1, 4, 5 of them.
         codes = [Signal(code_shape, name=f"code{k}") for k in range(4)]
@@ -200,9 +209,8 @@ class PositionalEncoder(wiring.Component):
             m.submodules[f"mult{k}"] = mul
             m.d.comb += [mul.en.eq(advance), mul.a.eq(codes[k]), mul.b.eq(self.pe_mult)]
             mults.append(mul.p)
-        lat = RegisteredMultiplier.latency_for(True)
         side = [s2]
-        for i in range(lat):
+        for i in range(RegisteredMultiplier.latency_for(True)):
             nxt = Signal.like(s1, name=f"s{3 + i}")
             with m.If(advance):
                 m.d.sync += nxt.eq(side[-1])
@@ -221,4 +229,3 @@ class PositionalEncoder(wiring.Component):
         with m.If(advance):
             m.d.sync += [o.valid.eq(last.valid), o.payload.data.eq(Cat(*out)),
                          o.payload.last.eq(last.last)]
-        return m

@@ -210,16 +210,17 @@ class TileSoftmaxUnit(wiring.Component):
 
         ring_read = Signal()                  # the exponentiate stage reads a ring entry
         released = Signal()                   # the sum stage writes a row's l
-        self._reduce(m, side, ring, row_q, ring_read)
+        b_valid, b, b_y, b_mask = self._reduce(m, side, ring, ring_read)
+        self._row_max(m, side, row_q, b_valid, b, b_y, b_mask)
         self._state(m, row_q, exp_q, info_q, released)
         self._exponentiate_and_sum(m, ring, exp_q, prob_q, info_q, ring_read, released)
         return m
 
-    def _reduce(self, m, side, ring, row_q, ring_read):
-        """Accept beats (while the ring has room for them), scale, mask, write the ring and
-        queue each row's ``(max, beats)``."""
+    def _reduce(self, m, side, ring, ring_read):
+        """Accept beats (while the ring has room for them), scale, mask and write the ring.
+        Returns the registered beat written (valid, side data, ``y`` per lane, mask)."""
         cfg = self.cfg
-        lanes, F = cfg.softmax_lanes, cfg.exp_frac_bits
+        lanes = cfg.softmax_lanes
         payload = self.scores.payload
 
         # Ring entries reserved by accepted beats until the exponentiate stage reads them.
@@ -280,6 +281,13 @@ class TileSoftmaxUnit(wiring.Component):
         with m.If(b_valid):
             m.d.sync += waddr.eq(Mux(waddr == self.ring_depth - 1, 0, waddr + 1))
 
+        return b_valid, b, b_y, b_mask
+
+    def _row_max(self, m, side, row_q, b_valid, b, b_y, b_mask):
+        """Each row's maximum (in octaves) and beat count over its beats, into the row
+        queue at its end."""
+        cfg = self.cfg
+        lanes, F = cfg.softmax_lanes, cfg.exp_frac_bits
         # The row's maximum in octaves: ceil is monotonic, so max(ceil(y / 2**F)) is the ceiling
         # of the maximum, and the comparisons work on octaves (fewer bits than y). They compare
         # "keys", the octaves with their sign bit flipped, which order as unsigned numbers as
