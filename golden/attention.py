@@ -202,8 +202,8 @@ def attention_int(cfg: AttentionConfig, layer: QuantizedLayer, x, kv=None, *,
     ``kv`` (kv_rows, d_model) is the cross-attention input (default: ``x``). ``key_len`` keeps
     only the first ``key_len`` keys (key padding). ``causal`` masks key j > query i.
     ``kv_tile`` selects the key/value-tiled path with that many keys per tile
-    (:mod:`golden.online_softmax`; its trace has no probabilities); ``None`` is the
-    whole-row path the hardware implements. ``pos_enc`` ("off", "1d", "2d" with
+    (:mod:`golden.online_softmax`; its trace has no probabilities), 0 the whole-row path;
+    ``None`` (the default) is the path the configuration builds (``cfg.kv_tile``). ``pos_enc`` ("off", "1d", "2d" with
     ``grid_width``) adds the positional encoding of positions ``pe_offset ..`` to ``x`` (after
     its input, before the projections; a cross-attention ``kv`` gets none). The layer's
     ``scoring`` chooses dot-product or additive scores.
@@ -228,7 +228,9 @@ def attention_int(cfg: AttentionConfig, layer: QuantizedLayer, x, kv=None, *,
     scores = np.empty((H, x.shape[0], kv.shape[0]), dtype=np.int64)
     probs = np.zeros_like(scores)
     attn = np.empty((x.shape[0], cfg.d_model), dtype=np.int64)
-    fmt = None if kv_tile is None else tiled_format(cfg, kv_tile)
+    if kv_tile is None:
+        kv_tile = cfg.kv_tile
+    fmt = tiled_format(cfg, kv_tile) if kv_tile else None
     for h in range(H):
         cols = slice(h * dk, (h + 1) * dk)
         if layer.scoring == "additive":

@@ -39,6 +39,7 @@ _SECTIONS = {
     "softmax": ("exp_table_size", "exp_frac_bits", "exp_mult_bits", "recip_bits",
                 "softmax_lanes"),
     "features": ("causal_mask", "cross_attention"),
+    "tiling": ("kv_tile", "q_tile", "tile_norm_lanes"),
 }
 
 
@@ -63,6 +64,12 @@ class AttentionConfig:
         cycle.
     Features
         ``causal_mask`` and ``cross_attention`` switch run-time support for those modes on.
+    Tiling
+        ``kv_tile`` 0 builds the whole-row path: one head's whole score and probability
+        matrices on chip (``max_seq_len x max_kv_len``). ``kv_tile`` > 0 builds the key/value
+        tiled path (:mod:`golden.online_softmax`): scores and probabilities of ``q_tile`` query
+        rows by ``kv_tile`` keys at a time, an online softmax and running output
+        accumulators, normalised ``tile_norm_lanes`` values per cycle.
     """
 
     name: str = "unnamed"
@@ -92,6 +99,10 @@ class AttentionConfig:
     # features
     causal_mask: bool = True
     cross_attention: bool = True
+    # tiling
+    kv_tile: int = 0
+    q_tile: int = 0
+    tile_norm_lanes: int = 2
 
     # ---------------------------------------------------------------- validation
 
@@ -166,6 +177,8 @@ class AttentionConfig:
                 f"d_model = {self.d_model} must be a multiple of 4: the 32-bit AXI4-Stream and "
                 f"weight-window words each carry 4 int8 elements of one row")
 
+        self._check_tiling(need)
+
         # Every accumulation must be exact in acc_bits (no wrap-around in any product).
         limit = 2 ** (self.acc_bits - 1) - 1
         for what, bound in self.accumulator_bounds().items():
@@ -180,6 +193,54 @@ class AttentionConfig:
                 f"recip_bits = {self.recip_bits} with max_kv_len = {self.max_kv_len} makes the "
                 f"softmax reciprocal {self.sum_bits + self.recip_bits} bits wide: allowed "
                 f"recip_bits <= {60 - self.sum_bits}")
+
+    def _check_tiling(self, need):
+        """The key/value-tiled path's limits (``kv_tile`` > 0); 0 leaves the others unused."""
+        from .online_softmax import NORM_GUARD_BITS, TILE_PROB_BITS
+
+        need("kv_tile", 0, self.max_kv_len, "keys per tile; 0 builds the whole-row path")
+        need("tile_norm_lanes", 1, 64)
+        if not self.kv_tile:
+            if self.q_tile:
+                raise ConfigError(f"q_tile = {self.q_tile} needs kv_tile > 0 (the whole-row "
+                                  f"path has no query tiles): allowed 0")
+            return
+        C, R = self.array_cols, self.array_rows
+        if self.kv_tile % C:
+            raise ConfigError(
+                f"kv_tile = {self.kv_tile} must be a multiple of array_cols = {C} (a tile's "
+                f"keys are whole column tiles of the score product)")
+        peak = self.kv_tile << (TILE_PROB_BITS + self.act_bits - 1)
+        if peak > 1 << (self.acc_bits - 1):
+            allowed = (1 << (self.acc_bits - 1)) >> (TILE_PROB_BITS + self.act_bits - 1)
+            raise ConfigError(
+                f"kv_tile = {self.kv_tile} is too large for acc_bits = {self.acc_bits}: one "
+                f"tile's E.V reaches {peak}; allowed kv_tile <= {allowed}")
+        need("q_tile", R, self.max_seq_len,
+             "query rows per tile with kv_tile > 0: array_rows up to max_seq_len")
+        if self.q_tile % R:
+            raise ConfigError(
+                f"q_tile = {self.q_tile} must be a multiple of array_rows = {R} (a query tile "
+                f"is whole row tiles of the array)")
+        if self.head_dim % C:
+            raise ConfigError(
+                f"head_dim = {self.head_dim} must be a multiple of array_cols = {C} with "
+                f"kv_tile > 0 (the output accumulator holds whole column tiles)")
+        lanes = [n for n in range(1, C + 1) if C % n == 0]
+        if self.tile_norm_lanes not in lanes:
+            raise ConfigError(
+                f"tile_norm_lanes = {self.tile_norm_lanes} must divide array_cols = {C}: "
+                f"allowed {', '.join(map(str, lanes))}")
+        low = TILE_PROB_BITS - 1 + self.recip_bits - self.prob_bits - NORM_GUARD_BITS
+        if low < 1:
+            raise ConfigError(
+                f"recip_bits = {self.recip_bits} is too small for kv_tile > 0: allowed >= "
+                f"{self.recip_bits - low + 1}")
+
+    @property
+    def tiled(self) -> bool:
+        """The key/value-tiled path is built (``kv_tile`` > 0)."""
+        return self.kv_tile > 0
 
     # ---------------------------------------------------------------- derived
 

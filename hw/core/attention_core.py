@@ -80,6 +80,9 @@ from hw.blocks.register_slice import RegisterSlice
 from hw.blocks.softmax import SoftmaxUnit
 from hw.bus.regmap import ERROR_CAUSES as REGMAP_CAUSES
 from hw.bus.settings import StartSignature, WindowWriteSignature
+from hw.blocks.tile_accumulator import TileAccumulator
+from hw.blocks.tile_softmax import TileSoftmaxUnit
+from hw.core.attn_writer import AttnWriter
 from hw.core.bias_fetch import BiasFetch
 from hw.core.buffers import CoreBuffers
 from hw.core.commands import EngineCommands
@@ -184,16 +187,27 @@ class AttentionCore(wiring.Component):
         cfg, geom = self.cfg, self.geom
         engine_flush = Signal()
         engines, softmaxes = [], []
+        # The tiled path's E operand is UQ1.Bt (Bt + 1 bits, plus a sign).
+        a_width = geom.fmt.operand_bits if geom.tiled else None
         for e in range(geom.E):
             eng = MatmulEngine(cfg, max_m=max(geom.SEQ, geom.KV), max_n=max(geom.dk, geom.KV),
-                               max_k=max(geom.d, geom.KV, geom.dk))
-            sm = SoftmaxUnit(cfg)
-            m.submodules[f"engine{e}"] = ResetInserter({"sync": engine_flush})(eng)
-            m.submodules[f"softmax{e}"] = ResetInserter({"sync": engine_flush})(sm)
+                               max_k=max(geom.d, geom.KV, geom.dk), a_width=a_width)
+            flushed = ResetInserter({"sync": engine_flush})
+            m.submodules[f"engine{e}"] = flushed(eng)
+            if geom.tiled:
+                sm = TileSoftmaxUnit(cfg, geom.fmt, cfg.q_tile)
+                acc = TileAccumulator(cfg, geom.fmt, cfg.q_tile, geom.C, geom.dk,
+                                      cfg.tile_norm_lanes)
+                m.submodules[f"tile_accumulator{e}"] = flushed(acc)
+                sm.accumulator = acc
+            else:
+                sm = SoftmaxUnit(cfg)
+            m.submodules[f"softmax{e}"] = flushed(sm)
             engines.append(eng)
             softmaxes.append(sm)
         m.d.comb += fault.eq(Cat(*[eng.error for eng in engines]).any())
         m.d.sync += engine_flush.eq(fault)
+        self._engine_flush = engine_flush
         return engines, softmaxes
 
     def _datapath(self, m, buf, seq, engines, softmaxes):
@@ -213,6 +227,7 @@ class AttentionCore(wiring.Component):
             for r in range(R):
                 connect(m, getattr(fetch, f"{name}_read")[r], getattr(buf, f"{name}_read")[r])
         sinks = [commands, fetch]
+        attn_idle, self._attn_tile_ready = [], []
         for e, (eng, sm) in enumerate(zip(engines, softmaxes)):
             for name, count in (("q", R), ("p", R), ("a", R), ("k", C)):
                 for i in range(count):
@@ -235,7 +250,7 @@ class AttentionCore(wiring.Component):
             connect(m, bias.b_read, buf.b_read[e])
             connect(m, bias.bias, eng.bias)
             connect(m, eng.result, writer.result)
-            for name, count in (("q", R), ("a", R), ("k", C)):
+            for name, count in (("q", R), ("k", C)):
                 for i in range(count):
                     connect(m, getattr(writer, f"{name}_write")[i],
                             getattr(buf, f"{name}_write")[e][i])
@@ -251,15 +266,48 @@ class AttentionCore(wiring.Component):
             m.d.comb += [
                 bias.flush.eq(seq.flush), writer.flush.eq(seq.flush),
                 writer.o_bank.eq(seq.o_bank),
-                feed.start.eq(seq.softmax_start), feed.seq.eq(run.seq),
-                feed.kvrows.eq(run.kvrows), feed.score_row.eq(writer.score_row),
+                feed.start.eq(seq.softmax_start), feed.score_row.eq(writer.score_row),
                 feed.flush.eq(seq.flush),
-                pwr.start.eq(seq.softmax_start), pwr.seq.eq(run.seq),
+                pwr.start.eq(seq.softmax_start),
                 sm.exp_mult.eq(run.exp_mult), sm.exp_shift.eq(run.exp_shift),
                 sm.causal.eq(run.causal), sm.kv_len.eq(run.keylen),
             ]
+            if geom.tiled:
+                self._tile_datapath(m, e, buf, seq, writer, feed, pwr, sm, attn_idle)
+            else:
+                m.d.comb += [feed.seq.eq(run.seq), feed.kvrows.eq(run.kvrows),
+                             pwr.seq.eq(run.seq)]
+                for r in range(R):
+                    connect(m, writer.a_write[r], buf.a_write[e][r])
             sinks += [bias, writer]
+        if geom.tiled:
+            # The writers run in lock-step (every engine's pass has the same length), so
+            # each takes the tile in the same cycle.
+            m.d.comb += [seq.attn_idle.eq(Cat(*attn_idle).all()),
+                         seq.attn_tile.ready.eq(Cat(*self._attn_tile_ready).all())]
         return sinks
+
+    def _tile_datapath(self, m, e, buf, seq, writer, feed, pwr, sm, attn_idle):
+        """Engine ``e``'s tiled-path blocks: the feed and P writer work on the sequencer's
+        tile, the online softmax's row state and E.V results meet in the tile accumulator,
+        whose normalised rows the attention writer puts into the attention buffer."""
+        geom, run, acc = self.geom, seq.run, sm.accumulator
+        connect = wiring.connect
+        tile = seq.tile
+        m.d.comb += [feed.seq.eq(tile.rows), feed.kvrows.eq(tile.keys), feed.tile.eq(tile.feed),
+                     pwr.seq.eq(tile.rows),
+                     acc.rq_mult.eq(run.rq_pv_mult), acc.rq_shift.eq(run.rq_pv_shift)]
+        connect(m, sm.row_info, acc.info)
+        connect(m, writer.acc, acc.result)
+        aw = AttnWriter(geom, e, acc.out.payload.shape(), buf.a_write[e][0].signature)
+        m.submodules[f"attn_writer{e}"] = ResetInserter({"sync": self._engine_flush})(aw)
+        connect(m, acc.out, aw.out)
+        for r in range(geom.R):
+            connect(m, aw.a_write[r], buf.a_write[e][r])
+        m.d.comb += [aw.tile.valid.eq(seq.attn_tile.valid), aw.tile.payload.eq(
+            seq.attn_tile.payload)]
+        attn_idle.append(aw.idle)
+        self._attn_tile_ready.append(aw.tile.ready)
 
     @staticmethod
     def _broadcast_jobs(m, seq, sinks):

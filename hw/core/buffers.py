@@ -27,8 +27,10 @@ class CoreBuffers(wiring.Component):
     q, a : per engine, ``R`` banks of ``C`` int8
         Q of the current head group and the attention output A of every head group.
     k : per engine, ``C`` banks of ``C`` int8; v : per engine, ``C`` int8 per word
-    s : per engine, ``C`` scores of ``score_bits`` per word (one head's S)
-    p : per engine, ``R`` banks of ``softmax_lanes`` probabilities of ``prob_bits``
+    s : per engine, ``C`` scores of ``score_bits`` per word (one head's S, or on the tiled
+        path one tile of ``q_tile`` rows by ``kv_tile`` keys)
+    p : per engine, ``R`` banks of ``softmax_lanes`` probabilities of ``prob_bits`` (tiled:
+        one tile's unnormalized E, ``Bt + 1`` bits)
     o : per engine, ``C`` int8 per word, double buffered (the next sequence's output is written
         while the previous one streams out)
 
@@ -59,8 +61,8 @@ class CoreBuffers(wiring.Component):
             "q": (8 * C, cdiv(SEQ, R) * G * TN, None, (E, R), False),
             "k": (8 * C, cdiv(KV, C) * G * TN, None, (E, C), False),
             "v": (8 * C, KV * G * TN, None, (E,), False),
-            "s": (cfg.score_bits * C, SEQ * g.TNk, None, (E,), False),
-            "p": (cfg.prob_bits * L, cdiv(SEQ, R) * g.KB, None, (E, R), False),
+            "s": (cfg.score_bits * C, g.S_ROWS * g.TNk, None, (E,), False),
+            "p": (g.p_bits * L, cdiv(g.S_ROWS, R) * g.KB, None, (E, R), False),
             "a": (8 * C, cdiv(SEQ, R) * G * TN, None, (E, R), False),
             "o": (8 * C, g.o_depth, None, (E,), True),
         }

@@ -18,8 +18,10 @@ class CoreGeometry:
 
     Engine ``e`` owns heads ``h = g * E + e`` (head group ``g < G``). A head's ``head_dim``
     columns are ``TN`` column tiles of the array's ``C`` columns; a score row of up to
-    ``max_kv_len`` keys is ``TNk`` words of ``C`` scores and ``KB`` softmax beats of ``L``
-    lanes. Activation rows are ``D4`` bus words (4 int8 elements each)."""
+    ``S_KEYS`` keys (``max_kv_len``, or ``kv_tile`` on the tiled path) is ``TNk`` words of
+    ``C`` scores and ``KB`` softmax beats of ``L`` lanes; the score and probability buffers
+    hold ``S_ROWS`` such rows (``max_seq_len``, or ``q_tile``). Activation rows are ``D4`` bus
+    words (4 int8 elements each)."""
 
     cfg: AttentionConfig
 
@@ -56,12 +58,48 @@ class CoreGeometry:
         return cdiv(self.cfg.head_dim, self.cfg.array_cols)
 
     @property
+    def tiled(self) -> bool:
+        return self.cfg.tiled
+
+    @property
+    def S_KEYS(self) -> int:
+        """Keys of a score row the score and probability buffers hold."""
+        return self.cfg.kv_tile if self.tiled else self.cfg.max_kv_len
+
+    @property
+    def S_ROWS(self) -> int:
+        """Query rows the score and probability buffers hold."""
+        return self.cfg.q_tile if self.tiled else self.cfg.max_seq_len
+
+    @property
+    def fmt(self):
+        """The tiled path's widths (:class:`golden.online_softmax.TiledFormat`)."""
+        from golden.online_softmax import tiled_format
+        return tiled_format(self.cfg, self.cfg.kv_tile) if self.tiled else None
+
+    @property
+    def p_bits(self) -> int:
+        """Width of a probability in the P buffer: UQ0.prob_bits, or on the tiled path the
+        unnormalized E (UQ1.Bt)."""
+        return self.fmt.prob_bits + 1 if self.tiled else self.cfg.prob_bits
+
+    @property
     def TNk(self) -> int:
-        return cdiv(self.cfg.max_kv_len, self.cfg.array_cols)
+        return cdiv(self.S_KEYS, self.cfg.array_cols)
 
     @property
     def KB(self) -> int:
-        return cdiv(self.cfg.max_kv_len, self.cfg.softmax_lanes)
+        return cdiv(self.S_KEYS, self.cfg.softmax_lanes)
+
+    @property
+    def QTR(self) -> int:
+        """Row tiles of the longest query sequence (the tiled jobs' row offset ``m0``)."""
+        return cdiv(self.SEQ, self.R)
+
+    @property
+    def KVC(self) -> int:
+        """Column tiles of the longest key sequence (the tiled score jobs' offset ``n0``)."""
+        return cdiv(self.KV, self.C)
 
     @property
     def D4(self) -> int:

@@ -49,17 +49,23 @@ class Dest(enum.Enum, shape=3):
     S = 3        # raw scores, for the softmax
     ATTN = 4
     OUT = 5      # the output buffer the streamer reads
+    ACC = 6      # raw E.V of a key/value tile, to the tile accumulator (tiled path)
 
 
 def job_layout(geom: CoreGeometry) -> data.StructLayout:
     """A job: sources, weight matrix ``w`` (0..3 = q, k, v, o), ``bias`` (add the bias row of
     ``w``), requantization, destination, the product's ``m``, ``n``, ``k`` and the head group
-    ``lh``."""
+    ``lh``. The tiled path adds where a tile's operands start: ``m0`` (row tiles of Q),
+    ``n0`` (column tiles of K) and ``k0`` (rows of V)."""
     lb = geom.lb
-    return data.StructLayout({
+    fields = {
         "a": ASource, "b": BSource, "w": 2, "bias": 1, "rq": Requant, "dst": Dest,
         "m": lb + 1,
         "n": max(lb, geom.dk.bit_length()) + 1,
         "k": max(lb, geom.d.bit_length()) + 1,
         "lh": range(geom.G + 1),
-    })
+    }
+    if geom.tiled:
+        fields.update({"m0": range(geom.QTR + 1), "n0": range(geom.KVC + 1),
+                       "k0": range(geom.KV + 1)})
+    return data.StructLayout(fields)

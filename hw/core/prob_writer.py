@@ -34,7 +34,9 @@ class ProbWriter(wiring.Component):
         The run's query rows.
     probs : ``In(stream.Signature(prob_beat_layout(cfg)))``
         Beats of ``L`` probabilities (UQ0.prob_bits), rows in order from row 0, ``last`` on a
-        row's final beat. Always ready.
+        row's final beat. Always ready. On the tiled path
+        (:func:`hw.blocks.tile_softmax.tile_prob_layout`) one tile's unnormalized E (UQ1.Bt),
+        ``seq`` the tile's rows.
     p_write : ``In(WritePort.Signature)`` per bank (``R``)
         Row ``i`` into bank ``i % R`` at word ``(i // R) * KB + beat``.
     progress : ``Out(ProbProgressSignature(geom))``
@@ -51,9 +53,14 @@ class ProbWriter(wiring.Component):
 
     def __init__(self, geom: CoreGeometry, p_sig: WritePort.Signature):
         self.geom = geom
+        if geom.tiled:
+            from hw.blocks.tile_softmax import tile_prob_layout
+            beat = tile_prob_layout(geom.cfg, geom.fmt, geom.S_ROWS)
+        else:
+            beat = prob_beat_layout(geom.cfg)
         super().__init__({
             "start": In(1), "seq": In(geom.lb),
-            "probs": In(stream.Signature(prob_beat_layout(geom.cfg))),
+            "probs": In(stream.Signature(beat)),
             "p_write": In(p_sig).array(geom.R),
             "progress": Out(ProbProgressSignature(geom)),
         })

@@ -25,7 +25,7 @@ class ResultWriter(wiring.Component):
     result : ``In(stream.Signature(result_layout))``
         The engine's results (``data``: ``C`` accumulator-wide values, int8 after
         requantization, raw scores for S; ``row``, ``col`` of the beat's first column;
-        ``last``). Always ready.
+        ``last``). Always ready, except to a ``Dest.ACC`` job (below).
     q_write, a_write : per bank (``R``); k_write : per bank (``C``); v_write, s_write, o_write
         The engine's buffer write ports (see :class:`~hw.core.buffers.CoreBuffers`); a head
         past ``heads`` (the last group of an engine count that does not divide it) is not
@@ -37,6 +37,9 @@ class ResultWriter(wiring.Component):
         arrive tile by tile, row tiles outer).
     flush : ``In(1)``
         The sequence is abandoned: the job counts as done.
+    acc : ``Out(stream.Signature(tile_result_layout(...)))``, tiled path only
+        A ``Dest.ACC`` job's raw beats (row within the query tile), to the tile accumulator;
+        its ``ready`` is the engine's ``result.ready`` during such a job.
 
     Latency: two cycles from a result beat to its write: ``rs``, the beat registered as it is
     by the buffers it goes to (the engine's output register sits by its array; the route gets
@@ -53,6 +56,10 @@ class ResultWriter(wiring.Component):
             "result": In(stream.Signature(result_layout)),
             "o_bank": In(1), "score_row": Out(1), "flush": In(1),
         }
+        if geom.tiled:
+            from hw.blocks.tile_accumulator import tile_result_layout
+            ports["acc"] = Out(stream.Signature(tile_result_layout(
+                geom.cfg, geom.cfg.q_tile, geom.C, geom.dk)))
         for name, count in (("q", geom.R), ("a", geom.R), ("k", geom.C)):
             ports[f"{name}_write"] = In(getattr(buffers, f"{name}_write")[engine][0].signature
                                         ).array(count)
@@ -68,13 +75,17 @@ class ResultWriter(wiring.Component):
         job, res = self.job, self.result
         cur = Signal.like(job.payload)         # the job being run
         done = Signal(init=1)
-        m.d.comb += [res.ready.eq(1), job.ready.eq(done)]
+        m.d.comb += job.ready.eq(done)
         with m.If(job.valid):
             m.d.sync += [cur.eq(job.payload), done.eq(0)]
+        if g.tiled:
+            self._to_accumulator(m, cur)
+        else:
+            m.d.comb += res.ready.eq(1)
 
         rs_valid = Signal()
         rs = Signal.like(res.payload, reset_less=True)
-        m.d.sync += [rs_valid.eq(res.valid), rs.eq(res.payload)]
+        m.d.sync += [rs_valid.eq(res.valid & res.ready), rs.eq(res.payload)]
         i = rs.row
         tn, _ = divmod_const(rs.col, C)
         i_r, i_rr = divmod_const(i, R)
@@ -95,6 +106,8 @@ class ResultWriter(wiring.Component):
         w_bytes, w_scores = wreg("bytes", bytes_), wreg("scores", scores)
         w_en = {}
         for dst in Dest:
+            if dst == Dest.ACC:
+                continue
             w_en[dst] = Signal(name=f"w_en_{dst.name.lower()}")
             m.d.sync += w_en[dst].eq(we & (cur.dst == dst))
         w_rr, w_cc = wreg("rr", i_rr), wreg("cc", i_cc)
@@ -123,3 +136,14 @@ class ResultWriter(wiring.Component):
         with m.If(self.flush):
             m.d.sync += done.eq(1)
         return m
+
+    def _to_accumulator(self, m, cur):
+        """A tile's raw E.V beats go straight on to the tile accumulator, which may hold them
+        off (its normalising pass), stalling the engine through ``result.ready``."""
+        res, acc = self.result, self.acc
+        to_acc = cur.dst == Dest.ACC
+        m.d.comb += [acc.valid.eq(res.valid & to_acc),
+                     acc.payload.row.eq(res.payload.row), acc.payload.col.eq(res.payload.col),
+                     acc.payload.last.eq(res.payload.last),
+                     res.ready.eq(~to_acc | acc.ready)]
+        m.d.comb += [acc.payload.data[c].eq(res.payload.data[c]) for c in range(self.geom.C)]

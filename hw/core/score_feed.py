@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from amaranth import *
-from amaranth.lib import stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import ReadPort
 from amaranth.lib.wiring import In, Out
 
@@ -11,7 +11,14 @@ from hw.blocks.softmax import score_beat_layout
 from hw.core.arith import divmod_const
 from hw.core.geometry import CoreGeometry
 
-__all__ = ["ScoreFeed"]
+__all__ = ["ScoreFeed", "tile_feed_layout"]
+
+
+def tile_feed_layout(geom: CoreGeometry) -> data.StructLayout:
+    """What the tiled path's feed tells the softmax about a tile (with ``start``): the query
+    index of its first row, the key index of its first key, whether it is the rows' first and
+    final key tile."""
+    return data.StructLayout({"q0": geom.lb, "key0": geom.lb, "first": 1, "final": 1})
 
 
 class ScoreFeed(wiring.Component):
@@ -36,7 +43,13 @@ class ScoreFeed(wiring.Component):
         The score buffer: row ``i`` at words ``i * TNk ..``, ``C`` scores per word.
     scores : ``Out(stream.Signature(score_beat_layout(cfg)))``
         Beats of ``L`` scores with the row number and ``last`` on a row's final beat; beat
-        ``b`` holds keys ``b*L .. b*L+L-1``.
+        ``b`` holds keys ``b*L .. b*L+L-1``. On the tiled path the layout is
+        :func:`hw.blocks.tile_softmax.tile_score_layout`: ``row`` is the query index
+        (``q0`` + the row within the tile, the ``slot``), ``rows``, ``key0``, ``first`` and
+        ``final`` come from ``tile``.
+    tile : ``In(tile_feed_layout(geom))``, tiled path only
+        The tile's fields, taken with ``start`` (as are ``seq``, the tile's rows, and
+        ``kvrows``, its keys).
 
     Latency: a row's first beat is valid 3 cycles after the row is written (the row count
     compare, the block RAM read, its output register). Throughput: one beat per cycle while
@@ -45,18 +58,26 @@ class ScoreFeed(wiring.Component):
 
     def __init__(self, geom: CoreGeometry, s_sig: ReadPort.Signature):
         self.geom = geom
-        super().__init__({
+        ports = {
             "start": In(1), "seq": In(geom.lb), "kvrows": In(geom.lb), "flush": In(1),
             "score_row": In(1),
             "s_read": In(s_sig),
-            "scores": Out(stream.Signature(score_beat_layout(geom.cfg))),
-        })
+        }
+        if geom.tiled:
+            from hw.blocks.tile_softmax import tile_score_layout
+            ports["scores"] = Out(stream.Signature(tile_score_layout(geom.cfg, geom.S_ROWS)))
+            ports["tile"] = In(tile_feed_layout(geom))
+        else:
+            ports["scores"] = Out(stream.Signature(score_beat_layout(geom.cfg)))
+        super().__init__(ports)
 
     def elaborate(self, platform):
         m = Module()
         g = self.geom
         C, L, KB, TNk, SB = g.C, g.L, g.KB, g.TNk, g.cfg.score_bits
         seq, scores = self.seq, self.scores
+        if g.tiled:
+            seq, tile = self._latch_tile(m)
         # Rows of S written so far (the feed reads a row only once it is complete).
         score_rows = Signal(range(g.SEQ + 1))
         with m.If(self.score_row):
@@ -91,7 +112,6 @@ class ScoreFeed(wiring.Component):
         m.d.comb += [
             s_rp.addr.eq(addr), s_rp.en.eq(s_adv),
             scores.valid.eq(ss2_valid),
-            scores.payload.row.eq(ss2_row),
             scores.payload.last.eq(ss2_last),
         ]
         s_word = Signal.like(s_rp.data, reset_less=True)
@@ -126,7 +146,23 @@ class ScoreFeed(wiring.Component):
             kvrows = self.kvrows
             m.d.sync += [active.eq(1), i.eq(0), b.eq(0), addr.eq(0), base.eq(0),
                          nb.eq((kvrows + L - 1) // L), last.eq(kvrows <= L),
-                         row_last.eq(seq <= 1), rows_ok.eq(0), score_rows.eq(0)]
+                         row_last.eq(self.seq <= 1), rows_ok.eq(0), score_rows.eq(0)]
         with m.If(self.flush):
             m.d.sync += [active.eq(0), ss1_valid.eq(0), ss2_valid.eq(0)]
+        if g.tiled:
+            p = scores.payload
+            m.d.comb += [p.row.eq(tile.q0 + ss2_row), p.slot.eq(ss2_row), p.rows.eq(seq),
+                         p.key0.eq(tile.key0), p.first.eq(tile.first),
+                         p.final.eq(tile.final)]
+        else:
+            m.d.comb += scores.payload.row.eq(ss2_row)
         return m
+
+    def _latch_tile(self, m):
+        """The tiled path's tile fields and row count, latched at ``start`` (the sequencer
+        moves on to the next tile's jobs while the feed still reads this one)."""
+        tile = Signal.like(self.tile)
+        rows = Signal(self.geom.lb)
+        with m.If(self.start):
+            m.d.sync += [tile.eq(self.tile), rows.eq(self.seq)]
+        return rows, tile

@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 from amaranth import *
-from amaranth.lib import stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.core.geometry import CoreGeometry
 from hw.core.jobs import ASource, BSource, Dest, Requant, job_layout
 from hw.core.layouts import sequence_layout
+from hw.core.attn_writer import attn_tile_layout
+from hw.core.score_feed import tile_feed_layout
 from hw.core.streamer import handoff_layout
 
-__all__ = ["HeadSequencer"]
+__all__ = ["HeadSequencer", "tile_layout"]
+
+
+def tile_layout(geom: CoreGeometry) -> data.StructLayout:
+    """The tile the score feed and the P writer work on (tiled path): its ``rows`` and
+    ``keys``, and the feed's fields (:func:`hw.core.score_feed.tile_feed_layout`)."""
+    return data.StructLayout({"rows": geom.lb, "keys": geom.lb,
+                              "feed": tile_feed_layout(geom)})
 
 
 class HeadSequencer(wiring.Component):
@@ -61,7 +70,7 @@ class HeadSequencer(wiring.Component):
 
     def __init__(self, geom: CoreGeometry):
         self.geom = geom
-        super().__init__({
+        ports = {
             "loaded": In(stream.Signature(sequence_layout(geom))),
             "run": Out(sequence_layout(geom)),
             "job": Out(stream.Signature(job_layout(geom))),
@@ -70,7 +79,14 @@ class HeadSequencer(wiring.Component):
             "o_bank": Out(1),
             "array_busy": In(1), "softmax_stall": In(1),
             "fault": In(1), "flush": Out(1), "busy": Out(1),
-        })
+        }
+        if geom.tiled:
+            ports.update({
+                "tile": Out(tile_layout(geom)),
+                "attn_tile": Out(stream.Signature(attn_tile_layout(geom))),
+                "attn_idle": In(1),
+            })
+        super().__init__(ports)
 
     def elaborate(self, platform):
         m = Module()
@@ -107,6 +123,9 @@ class HeadSequencer(wiring.Component):
                   n=kvrows, k=dk, lh=lh)
             m.d.sync += self.softmax_start.eq(1)
 
+        if geom.tiled:
+            tiles = _TileLoop(self, run)
+
         def abandon_on_fault():
             with m.If(self.fault):
                 m.d.comb += self.flush.eq(1)
@@ -129,8 +148,12 @@ class HeadSequencer(wiring.Component):
                     with m.If(pj == 2):
                         with m.If(g + 1 == G):
                             m.d.sync += [g.eq(0), pj.eq(0)]
-                            scores_job(lh=0)
-                            m.next = "SCORES"
+                            if geom.tiled:
+                                tiles.restart(m)
+                                m.next = "TILE"
+                            else:
+                                scores_job(lh=0)
+                                m.next = "SCORES"
                         with m.Else():
                             m.d.sync += [g.eq(g + 1), pj.eq(0)]
                             issue(a=ASource.X, w=0, rq=Requant.Q, dst=Dest.Q, m=seq, lh=g + 1)
@@ -159,6 +182,8 @@ class HeadSequencer(wiring.Component):
                         scores_job(lh=g + 1)
                         m.next = "SCORES"
                 abandon_on_fault()
+            if geom.tiled:
+                tiles.states(m, g, issue, abandon_on_fault, job_done)
             with m.State("OPROJ"):
                 with m.If(job_done):
                     with m.If(g + 1 == G):
@@ -184,3 +209,81 @@ class HeadSequencer(wiring.Component):
             m.d.sync += job_go.eq(0)
         m.d.comb += self.busy.eq(~seq_fsm.ongoing("IDLE"))
         return m
+
+
+class _TileLoop:
+    """The tiled path's states of :class:`HeadSequencer`: per head group, per query tile of
+    ``q_tile`` rows, per key/value tile of ``kv_tile`` keys, S = Q K^T of the tile (the score
+    feed and the online softmax turn it into E and the row state), then O += E V into the tile
+    accumulator; after a query tile's final key tile the accumulator's normalising pass writes
+    its attention rows (the attention writer). Key tiles that hold no key any row of the query
+    tile counts are skipped: those at or past ``keylen`` (key padding) and, in causal mode,
+    those above the query tile's last row. After the last group, the output projection waits
+    for the last pass.
+
+    States: TILE issues the tile's scores job (one cycle after the previous job is done);
+    TSCORES waits for it and issues the E V job (a final tile's only once the attention
+    writers are free, and with its ``attn_tile``); TPV waits for that; DRAIN waits for the
+    writers before the output projection."""
+
+    def __init__(self, seq, run):
+        geom = seq.geom
+        self.seq, self.run, self.geom = seq, run, geom
+        QT, KT = geom.cfg.q_tile, geom.cfg.kv_tile
+        self.QT, self.KT = QT, KT
+        self.q0 = Signal(range(geom.SEQ + QT + 1))       # the query tile's first row
+        self.qr = Signal(range(geom.QTR + 1))            # ... in row tiles
+        self.k0 = Signal(range(geom.KV + KT + 1))        # the key tile's first key
+        self.kc = Signal(range(geom.KVC + 1))            # ... in column tiles
+        self.final = Signal()
+
+    def restart(self, m):
+        m.d.sync += [self.q0.eq(0), self.qr.eq(0), self.k0.eq(0), self.kc.eq(0)]
+
+    def states(self, m, g, issue, abandon_on_fault, job_done):
+        seq, run, geom = self.seq, self.run, self.geom
+        G, dk, R, C, QT, KT = geom.G, geom.dk, geom.R, geom.C, self.QT, self.KT
+        q0, qr, k0, kc = self.q0, self.qr, self.k0, self.kc
+        tile = seq.tile
+        # The query tile's rows and the keys it needs; this key tile's keys.
+        rows = Mux(q0 + QT <= run.seq, QT, run.seq - q0)
+        kend = Mux(run.causal & (q0 + rows < run.keylen), q0 + rows, run.keylen)
+        keys = Mux(k0 + KT <= kend, KT, kend - k0)
+        at = seq.attn_tile
+        m.d.sync += at.valid.eq(at.valid & ~at.ready & ~seq.flush)
+        with m.State("TILE"):
+            m.d.sync += [tile.rows.eq(rows), tile.keys.eq(keys), tile.feed.q0.eq(q0),
+                         tile.feed.key0.eq(k0), tile.feed.first.eq(k0 == 0),
+                         tile.feed.final.eq(k0 + KT >= kend), self.final.eq(k0 + KT >= kend)]
+            issue(a=ASource.Q, b=BSource.K, bias=0, rq=Requant.NONE, dst=Dest.S, m=rows,
+                  n=keys, k=dk, lh=g, m0=qr, n0=kc)
+            m.d.sync += seq.softmax_start.eq(1)
+            m.next = "TSCORES"
+        with m.State("TSCORES"):
+            with m.If(job_done & (~self.final | seq.attn_idle)):
+                issue(a=ASource.P, b=BSource.V, bias=0, rq=Requant.NONE, dst=Dest.ACC,
+                      m=tile.rows, n=dk, k=tile.keys, lh=g, k0=k0)
+                with m.If(self.final):
+                    m.d.sync += [at.valid.eq(1), at.payload.m0.eq(qr), at.payload.lh.eq(g)]
+                m.next = "TPV"
+            abandon_on_fault()
+        with m.State("TPV"):
+            with m.If(job_done):
+                m.next = "TILE"
+                with m.If(~self.final):
+                    m.d.sync += [k0.eq(k0 + KT), kc.eq(kc + KT // C)]
+                with m.Else():
+                    m.d.sync += [k0.eq(0), kc.eq(0), q0.eq(q0 + QT), qr.eq(qr + QT // R)]
+                    with m.If(q0 + QT >= run.seq):
+                        m.d.sync += [q0.eq(0), qr.eq(0), g.eq(g + 1)]
+                        with m.If(g + 1 == G):
+                            m.d.sync += g.eq(0)
+                            m.next = "DRAIN"
+            abandon_on_fault()
+        with m.State("DRAIN"):
+            # The output projection reads every head's attention rows: the last pass first.
+            with m.If(seq.attn_idle & ~seq.attn_tile.valid):
+                issue(a=ASource.ATTN, b=BSource.W, w=3, bias=1, rq=Requant.O,
+                      dst=Dest.OUT, m=run.seq, n=dk, k=geom.d, lh=0)
+                m.next = "OPROJ"
+            abandon_on_fault()
