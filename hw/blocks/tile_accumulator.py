@@ -92,6 +92,10 @@ class TileAccumulator(wiring.Component):
     out : Out(stream.Signature(tile_output_layout(cfg, rows, dv, norm_lanes)))
     rq_mult : In(unsigned(cfg.requant_mult_bits)), rq_shift : In(unsigned(6))
         The P.V requantizer; ``rq_shift + G`` must be <= 62. Static while a pass runs.
+    results_ready : Out(1)
+        ``result.ready`` whether or not a beat is offered: the next tile's entries are all in,
+        the previous tile is written back and no pass runs (the core issues a tile's E V job
+        only then, so its results never wait).
     """
 
     OUT_QUEUE = 24
@@ -125,6 +129,7 @@ class TileAccumulator(wiring.Component):
             "out": Out(stream.Signature(tile_output_layout(cfg, rows, dv, norm_lanes))),
             "rq_mult": In(unsigned(cfg.requant_mult_bits)),
             "rq_shift": In(unsigned(6)),
+            "results_ready": Out(1),
         })
 
     @property
@@ -198,6 +203,7 @@ class TileAccumulator(wiring.Component):
         busy = Signal()                 # a tile's last beat is in the pipeline
         take = Signal()
         m.d.comb += [res.ready.eq(full.bit_select(rbank, 1) & ~passing & ~busy),
+                     self.results_ready.eq(res.ready),
                      take.eq(res.valid & res.ready)]
         group = res.payload.col // cols
         addr = self._addr(res.payload.row, group)

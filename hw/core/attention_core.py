@@ -227,7 +227,7 @@ class AttentionCore(wiring.Component):
             for r in range(R):
                 connect(m, getattr(fetch, f"{name}_read")[r], getattr(buf, f"{name}_read")[r])
         sinks = [commands, fetch]
-        attn_idle, self._attn_tile_ready = [], []
+        attn_idle, self._attn_tile_ready, self._acc_ready = [], [], []
         for e, (eng, sm) in enumerate(zip(engines, softmaxes)):
             for name, count in (("q", R), ("p", R), ("a", R), ("k", C)):
                 for i in range(count):
@@ -284,6 +284,7 @@ class AttentionCore(wiring.Component):
             # The writers run in lock-step (every engine's pass has the same length), so
             # each takes the tile in the same cycle.
             m.d.comb += [seq.attn_idle.eq(Cat(*attn_idle).all()),
+                         seq.acc_ready.eq(Cat(*self._acc_ready).all()),
                          seq.attn_tile.ready.eq(Cat(*self._attn_tile_ready).all())]
         return sinks
 
@@ -307,6 +308,7 @@ class AttentionCore(wiring.Component):
         m.d.comb += [aw.tile.valid.eq(seq.attn_tile.valid), aw.tile.payload.eq(
             seq.attn_tile.payload)]
         attn_idle.append(aw.idle)
+        self._acc_ready.append(acc.results_ready)
         self._attn_tile_ready.append(aw.tile.ready)
 
     @staticmethod

@@ -237,15 +237,16 @@ class OperandFetch(wiring.Component):
         kk_l, kk_ll = divmod_const(kk, L)
         h_ag, h_ae = divmod_const(h_a, E)
         ch_ac, ch_acl = divmod_const(ch_a, C)
-        # The tiled path's tile offsets (0 on the whole-row path: no adders there).
-        m0, n0, k0 = (cur.m0, cur.n0, cur.k0) if g.tiled else (0, 0, 0)
+        # The tiled path's tile offsets (none on the whole-row path: no adders there).
+        def at(index, offset):
+            return index + cur[offset] if g.tiled else index
         a_addr = Signal(16)
         a_lane = Signal(range(max(4, C, L) + 1))
         with m.Switch(cur.a):
             with m.Case(ASource.X, ASource.KV):
                 m.d.comb += [a_addr.eq(mixed_radix(f_tm, (kk // 4, D4))), a_lane.eq(kk % 4)]
             with m.Case(ASource.Q):
-                m.d.comb += [a_addr.eq(mixed_radix(f_tm + m0, (cur.lh, G), (kk_c, TN))),
+                m.d.comb += [a_addr.eq(mixed_radix(at(f_tm, "m0"), (cur.lh, G), (kk_c, TN))),
                              a_lane.eq(kk_cl)]
             with m.Case(ASource.P):
                 m.d.comb += [a_addr.eq(mixed_radix(f_tm, (kk_l, KB))), a_lane.eq(kk_ll)]
@@ -260,10 +261,10 @@ class OperandFetch(wiring.Component):
                                                    (kk // 4, D4))),
                              b_lane.eq(kk % 4)]
             with m.Case(BSource.K):
-                m.d.comb += [b_addr.eq(mixed_radix(f_tn + n0, (cur.lh, G), (kk_c, TN))),
+                m.d.comb += [b_addr.eq(mixed_radix(at(f_tn, "n0"), (cur.lh, G), (kk_c, TN))),
                              b_lane.eq(kk_cl)]
             with m.Case(BSource.V):
-                m.d.comb += [b_addr.eq(mixed_radix(kk + k0, (cur.lh, G), (f_tn, TN))),
+                m.d.comb += [b_addr.eq(mixed_radix(at(kk, "k0"), (cur.lh, G), (f_tn, TN))),
                              b_lane.eq(0)]
         return a_addr, a_lane, b_addr, b_lane, h_ae
 

@@ -85,7 +85,7 @@ class ResultWriter(wiring.Component):
 
         rs_valid = Signal()
         rs = Signal.like(res.payload, reset_less=True)
-        m.d.sync += [rs_valid.eq(res.valid & res.ready), rs.eq(res.payload)]
+        m.d.sync += [rs_valid.eq(res.valid & res.ready if g.tiled else res.valid), rs.eq(res.payload)]
         i = rs.row
         tn, _ = divmod_const(rs.col, C)
         i_r, i_rr = divmod_const(i, R)

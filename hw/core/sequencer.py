@@ -84,7 +84,7 @@ class HeadSequencer(wiring.Component):
             ports.update({
                 "tile": Out(tile_layout(geom)),
                 "attn_tile": Out(stream.Signature(attn_tile_layout(geom))),
-                "attn_idle": In(1),
+                "attn_idle": In(1), "acc_ready": In(1),
             })
         super().__init__(ports)
 
@@ -106,7 +106,8 @@ class HeadSequencer(wiring.Component):
         run_stall = Signal(32)
         with m.If(running & self.array_busy):
             m.d.sync += run_busy.eq(run_busy + 1)
-        with m.If(running & self.softmax_stall):
+        tile_wait = Signal()          # tiled path: E V waits for the accumulators
+        with m.If(running & (self.softmax_stall | tile_wait)):
             m.d.sync += run_stall.eq(run_stall + 1)
 
         # The softmax feed of a scores job starts from a register set with the job beat (the
@@ -124,7 +125,7 @@ class HeadSequencer(wiring.Component):
             m.d.sync += self.softmax_start.eq(1)
 
         if geom.tiled:
-            tiles = _TileLoop(self, run)
+            tiles = _TileLoop(self, run, tile_wait)
 
         def abandon_on_fault():
             with m.If(self.fault):
@@ -226,9 +227,9 @@ class _TileLoop:
     writers are free, and with its ``attn_tile``); TPV waits for that; DRAIN waits for the
     writers before the output projection."""
 
-    def __init__(self, seq, run):
+    def __init__(self, seq, run, wait):
         geom = seq.geom
-        self.seq, self.run, self.geom = seq, run, geom
+        self.seq, self.run, self.geom, self.wait = seq, run, geom, wait
         QT, KT = geom.cfg.q_tile, geom.cfg.kv_tile
         self.QT, self.KT = QT, KT
         self.q0 = Signal(range(geom.SEQ + QT + 1))       # the query tile's first row
@@ -260,7 +261,11 @@ class _TileLoop:
             m.d.sync += seq.softmax_start.eq(1)
             m.next = "TSCORES"
         with m.State("TSCORES"):
-            with m.If(job_done & (~self.final | seq.attn_idle)):
+            # E V waits until the accumulators take its results at once (so their timing is
+            # the fetch's alone), and a final tile until the previous pass is written.
+            go = seq.acc_ready & (~self.final | seq.attn_idle)
+            m.d.comb += self.wait.eq(job_done & ~go)
+            with m.If(job_done & go):
                 issue(a=ASource.P, b=BSource.V, bias=0, rq=Requant.NONE, dst=Dest.ACC,
                       m=tile.rows, n=dk, k=tile.keys, lh=g, k0=k0)
                 with m.If(self.final):

@@ -171,9 +171,12 @@ def _pv_stall(cfg, seq, kv, scores_go, pv_go):
     return max(0, prev_last - nominal_end)
 
 
-def layer_timing(cfg: AttentionConfig, seq: int, kv: int | None = None) -> LayerTiming:
+def layer_timing(cfg: AttentionConfig, seq: int, kv: int | None = None, *,
+                 causal: bool = False, key_len: int | None = None) -> LayerTiming:
     """The model's cycles for one sequence of ``seq`` queries (and ``kv`` keys/values in
-    cross mode; self-attention when None)."""
+    cross mode; self-attention when None). ``causal`` and ``key_len`` (key padding) matter on
+    the tiled path only, which skips the key tiles no query of a query tile counts
+    (:mod:`hw.perf.tiled_layer`)."""
     if not 1 <= seq <= cfg.max_seq_len:
         raise ValueError(f"seq = {seq} is out of range: allowed 1..{cfg.max_seq_len}")
     cross = kv is not None
@@ -201,7 +204,14 @@ def layer_timing(cfg: AttentionConfig, seq: int, kv: int | None = None) -> Layer
         job(f"k{g}", kv, dk, d)
         job(f"v{g}", kv, dk, d)
     stall = 0
-    for g in range(G):
+    if cfg.tiled:
+        from hw.perf.tiled_layer import tiled_attention
+        tile_jobs, stall, t_end = tiled_attention(cfg, t, seq, kv, causal, key_len)
+        jobs += tile_jobs
+        if t_end > t + sum(c for _, c in tile_jobs):
+            jobs.append(("drain", t_end - t - sum(c for _, c in tile_jobs)))
+        t = t_end
+    for g in range(G if not cfg.tiled else 0):
         s_go = job(f"scores{g}", seq, kv, dk)
         s = _pv_stall(cfg, seq, kv, s_go, t)
         stall += s

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["TileRow", "TileSoftmaxSchedule", "tile_softmax_schedule", "REDUCE", "STATE",
+__all__ = ["TileRow", "TileSoftmaxSchedule", "TileSoftmaxModel", "tile_softmax_schedule", "REDUCE", "STATE",
            "EXP", "SUM"]
 
 # Each queue on the way (StreamQueue with LUT-RAM storage) takes two cycles from its write to
@@ -53,43 +53,63 @@ class TileSoftmaxSchedule:
     info: list[int]             # per row: the cycle its row_info entry was taken
 
 
+class TileSoftmaxModel:
+    """The schedule row by row, for callers that learn when a row is offered only as the
+    schedule goes on (the whole layer's model). ``add`` takes a row whose first beat is offered
+    no earlier than ``offered`` (its beats then one per cycle) and returns its input beats
+    taken, its E beats taken and its ``row_info`` entry taken."""
+
+    def __init__(self, *, ring_depth: int, divider_latency: int, row_queue: int = 32):
+        self.ring_depth, self.row_queue = ring_depth, row_queue
+        self.info_lat = divider_latency + 2
+        self.reads: list[int] = []          # every beat's ring read, in order
+        self.release: list[int] = []
+        self.info: list[int] = []
+        self.go_prev = self.last_read = -1
+        self.t = -1                         # last beat taken
+        self.beat_index = 0
+
+    def add(self, row: TileRow, offered: int = 0) -> tuple[list[int], list[int], int]:
+        if row.beats < 1:
+            raise ValueError(f"a row has at least one beat, not {row.beats}")
+        k = len(self.info)
+        tk = []
+        for b in range(row.beats):
+            t = max(self.t + 1, offered + b)
+            if self.beat_index >= self.ring_depth:
+                t = max(t, self.reads[self.beat_index - self.ring_depth] + 1)
+            self.t = t
+            tk.append(t)
+            self.beat_index += 1
+            # The reads of this row are not known yet; a beat that needs one of them (a ring
+            # smaller than a row plus its lag) cannot be taken before: the model refuses it.
+        go = max(tk[-1] + REDUCE, self.go_prev + 1)
+        if not row.first and k >= row.rows:
+            go = max(go, self.release[k - row.rows] + 1)
+        if k >= self.row_queue:
+            go = max(go, self.info[k - self.row_queue] + 1)
+        self.go_prev = go
+        load = max(go + STATE, self.last_read)
+        row_reads = [load + 1 + i for i in range(row.beats)]
+        self.reads.extend(row_reads)
+        self.last_read = row_reads[-1]
+        self.release.append(self.last_read + SUM)
+        self.info.append(self.last_read + SUM + self.info_lat)
+        if len(self.reads) < self.beat_index:
+            raise ValueError("the ring is smaller than a row and its lag")
+        return tk, [r + EXP for r in row_reads], self.info[-1]
+
+
 def tile_softmax_schedule(rows: list[TileRow], *, ring_depth: int, divider_latency: int,
                           row_queue: int = 32) -> TileSoftmaxSchedule:
     """The schedule of ``rows`` for a unit with ``ring_depth`` ring entries, a reciprocal
     divider of ``divider_latency`` cycles and a ``row_info`` queue of ``row_queue``."""
-    info_lat = divider_latency + 2
+    model = TileSoftmaxModel(ring_depth=ring_depth, divider_latency=divider_latency,
+                             row_queue=row_queue)
     taken, probs, info = [], [], []
-    reads: list[int] = []           # every beat's ring read, in order
-    release: list[int] = []
-    go_prev = last_read = -1
-    t = -1                          # last beat taken
-    beat_index = 0
-    for k, row in enumerate(rows):
-        if row.beats < 1:
-            raise ValueError(f"a row has at least one beat, not {row.beats}")
-        tk = []
-        for _ in range(row.beats):
-            t += 1
-            if beat_index >= ring_depth:
-                t = max(t, reads[beat_index - ring_depth] + 1)
-            tk.append(t)
-            beat_index += 1
-            # The reads of this row are not known yet; a beat that needs one of them (a ring
-            # smaller than a row plus its lag) cannot be taken before: the model refuses it.
+    for row in rows:
+        tk, pr, inf = model.add(row)
         taken.append(tk)
-        go = max(tk[-1] + REDUCE, go_prev + 1)
-        if not row.first and k >= row.rows:
-            go = max(go, release[k - row.rows] + 1)
-        if k >= row_queue:
-            go = max(go, info[k - row_queue] + 1)
-        go_prev = go
-        load = max(go + STATE, last_read)
-        row_reads = [load + 1 + i for i in range(row.beats)]
-        reads.extend(row_reads)
-        last_read = row_reads[-1]
-        probs.append([r + EXP for r in row_reads])
-        release.append(last_read + SUM)
-        info.append(last_read + SUM + info_lat)
-        if len(reads) < beat_index:
-            raise ValueError("the ring is smaller than a row and its lag")
+        probs.append(pr)
+        info.append(inf)
     return TileSoftmaxSchedule(taken, probs, info)

@@ -1,0 +1,127 @@
+"""Cycle model of the attention core's key/value-tiled path (``cfg.kv_tile`` > 0).
+
+The projections and the output projection are timed as on the whole-row path
+(:mod:`hw.perf.layer`). Between them, per head group, query tile and key/value tile (causal and
+key-padding skips applied, :func:`tile_plan`):
+
+- S: the sequencer's TILE state (one cycle), then the scores job (``matmul_cycles`` plus
+  ``JOB_OVERHEAD``); its score rows are written as on the whole-row path, the score feed
+  offers each row ``SCORE_FEED_LATENCY`` cycles after it may read it, and the online
+  softmax (:class:`hw.perf.tile_softmax.TileSoftmaxModel`, run over every row of the layer)
+  gives the cycle each row's ``row_info`` entry reaches the accumulator;
+- E V: issued once S is done, every accumulator takes results (:data:`ACC_READY`
+  cycles after the tile's last entry, or after the previous pass) and, on a query tile's
+  final key tile, the previous tile's attention rows are written; its results are then
+  taken as the engine offers them (the fetch never waits for E: all of it is written
+  before the last entry);
+- after a final tile, the accumulator's normalising pass (:mod:`hw.perf.tile_accumulator`)
+  and the attention writer (its last word is written :data:`WRITER_IDLE` cycles after the
+  pass's last value group leaves the accumulator).
+
+The cycles the E V job waits are the run's STALL_CYCLES.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from golden.config import AttentionConfig
+
+__all__ = ["TileJob", "tile_plan", "tiled_attention"]
+
+# Cycles from a tile's last row_info entry taken to the E V job's go: the accumulator's bank
+# flag, its results_ready seen by the sequencer, the issue register.
+ACC_READY = 2
+# From the pass's last value group leaving the accumulator to the writers' idle flag seen by
+# the sequencer: the word write and the pending flag.
+WRITER_IDLE = 3
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class TileJob:
+    """One key/value tile of one query tile of one head group."""
+
+    group: int
+    q0: int
+    rows: int
+    k0: int
+    keys: int
+    first: bool
+    final: bool
+
+
+def tile_plan(cfg: AttentionConfig, seq: int, kv: int, causal: bool = False,
+              key_len: int | None = None) -> list[TileJob]:
+    """The tiles the sequencer walks, in order: per head group, per query tile of ``q_tile``
+    rows, the key tiles up to the last key any of its rows counts."""
+    QT, KT = cfg.q_tile, cfg.kv_tile
+    keylen = kv if key_len is None else key_len
+    G = _cdiv(cfg.heads, cfg.engines)
+    plan = []
+    for g in range(G):
+        for q0 in range(0, seq, QT):
+            rows = min(QT, seq - q0)
+            kend = min(keylen, q0 + rows) if causal else keylen
+            for k0 in range(0, kend, KT):
+                plan.append(TileJob(g, q0, rows, k0, min(KT, kend - k0), k0 == 0,
+                                    k0 + KT >= kend))
+    return plan
+
+
+def tiled_attention(cfg: AttentionConfig, t: int, seq: int, kv: int, causal: bool,
+                    key_len: int | None):
+    """The attention part of the layer, from the cycle ``t`` the last projection is done:
+    returns ``(jobs, stall, t_end)`` with ``jobs`` as :class:`hw.perf.layer.LayerTiming`'s
+    and ``t_end`` the cycle the output projection may go."""
+    from hw.blocks.divider import ReciprocalDivider
+    from hw.blocks.tile_accumulator import TileAccumulator
+    from hw.blocks.tile_softmax import TileSoftmaxUnit
+    from hw.perf.layer import FETCH_LATENCY, JOB_OVERHEAD, SCORE_FEED_LATENCY, _score_row_times
+    from hw.perf.matmul import matmul_cycles
+    from hw.perf.tile_accumulator import WRITE, out_latency
+    from hw.perf.tile_softmax import TileRow, TileSoftmaxModel
+    from golden.online_softmax import tiled_format
+
+    fmt = tiled_format(cfg, cfg.kv_tile)
+    L, dk, NL = cfg.softmax_lanes, cfg.head_dim, cfg.tile_norm_lanes
+    softmax = TileSoftmaxModel(
+        ring_depth=_cdiv(cfg.kv_tile, L) + TileSoftmaxUnit.RING_SLACK,
+        divider_latency=ReciprocalDivider.latency_for(cfg.recip_bits),
+        row_queue=TileSoftmaxUnit.ROW_QUEUE)
+    out_lat = out_latency(cfg, fmt, NL)
+    jobs, stall = [], 0
+    acc_free = 0            # the accumulator takes the next tile's results from here
+    writer_idle = 0         # the attention writers have no tile pending from here
+    for n, tile in enumerate(tile_plan(cfg, seq, kv, causal, key_len)):
+        s_go = t + 1
+        s_cycles = matmul_cycles(cfg, tile.rows, tile.keys, dk) + JOB_OVERHEAD + 1
+        jobs.append((f"scores{n}", s_cycles))
+        t += s_cycles
+        # Score rows to the softmax: the feed reads a row once written, one beat per cycle.
+        beats = _cdiv(tile.keys, L)
+        free, last_info = -1 << 30, 0
+        for w in _score_row_times(cfg, tile.rows, tile.keys, s_go + FETCH_LATENCY):
+            first = max(free, w)
+            free = first + beats
+            _, _, last_info = softmax.add(TileRow(beats, tile.first, tile.rows),
+                                          first + SCORE_FEED_LATENCY)
+        ready = max(last_info + ACC_READY, acc_free)
+        if tile.final:
+            ready = max(ready, writer_idle)
+        wait = max(0, ready - t)
+        stall += wait
+        pv_go = t + wait
+        pv_cycles = matmul_cycles(cfg, tile.rows, dk, tile.keys) + JOB_OVERHEAD
+        jobs.append((f"pv{n}", pv_cycles + wait))
+        t = pv_go + pv_cycles
+        last_result = pv_go + FETCH_LATENCY + matmul_cycles(cfg, tile.rows, dk, tile.keys) - 1
+        acc_free = last_result + WRITE
+        if tile.final:
+            groups = tile.rows * dk // NL
+            acc_free += groups
+            writer_idle = acc_free - 1 + out_lat + WRITER_IDLE
+    return jobs, stall, max(t, writer_idle)
