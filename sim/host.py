@@ -131,7 +131,8 @@ def _run_golden(cfg, layer, seqs) -> list[HostResult]:
     results = []
     for s in seqs:
         out = g.attention_int(cfg, layer, s.x, s.kv, causal=s.causal, key_len=s.key_len)
-        t = layer_timing(cfg, len(s.x), None if s.kv is None else len(s.kv))
+        t = layer_timing(cfg, len(s.x), None if s.kv is None else len(s.kv),
+                         causal=s.causal, key_len=s.key_len)
         results.append(HostResult(out, t.latency + TOP_CYCLES, None, t.softmax_stall, None))
     return results
 

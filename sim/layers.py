@@ -26,6 +26,10 @@ def whole_top_configs(tiny: g.AttentionConfig) -> dict[str, g.AttentionConfig]:
         # non-square array, two softmax lanes, longer sequences
         "narrow": tiny.replace(name="narrow", array_rows=2, array_cols=4, softmax_lanes=2,
                                max_seq_len=12, max_kv_len=10),
+        # the key/value-tiled path: two query tiles (8 + 4 rows) by three key tiles at the
+        # longest lengths, two engines
+        "tiled": tiny.replace(name="tiled", engines=2, max_seq_len=12, max_kv_len=12,
+                              kv_tile=4, q_tile=8),
     }
 
 

@@ -62,7 +62,8 @@ def test_layers_back_to_back_and_overlapped(config, stalls):
         # counter reads more than the model's stall while the totals still agree (an open
         # difference in what the counter counts, not in timing).
         for s, res in zip(seqs, one):
-            model = layer_timing(cfg, len(s.x), None if s.kv is None else len(s.kv))
+            model = layer_timing(cfg, len(s.x), None if s.kv is None else len(s.kv),
+                                 causal=s.causal, key_len=s.key_len)
             assert res.cycles == model.latency + TOP_CYCLES, (res.cycles, model.latency)
             if len(s.x if s.kv is None else s.kv) > 1:
                 assert res.stall_cycles == model.softmax_stall

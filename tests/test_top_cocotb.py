@@ -16,7 +16,7 @@ TINY = g.load_config(REPO_ROOT / "configs" / "tiny.toml")
 CONFIGS = whole_top_configs(TINY)
 
 
-CASES = [("tiny", "stalls"), ("tiny-2eng", "none"), ("narrow", "stalls")]
+CASES = [("tiny", "stalls"), ("tiny-2eng", "none"), ("narrow", "stalls"), ("tiled", "stalls")]
 
 
 @pytest.mark.cocotb

@@ -11,7 +11,7 @@ from amaranth.lib.wiring import In, Out
 from golden.config import AttentionConfig
 from hw.bus.settings import StartSignature, WindowWriteSignature
 from hw.bus.regmap import (ERROR_CAUSES, RESP_OKAY, RESP_SLVERR, Access, Guard, RegisterMap,
-                       build_regmap)
+                       build_regmap, max_shift)
 
 __all__ = ["AxiLiteSignature", "AxiLiteRegs"]
 
@@ -463,7 +463,7 @@ class AxiLiteRegs(wiring.Component):
             check[_CAUSE["BAD_CROSS"]].eq(cross_new & (not cfg.cross_attention)),
             check[_CAUSE["BAD_CAUSAL"]].eq(causal_new & (not cfg.causal_mask)),
             check[_CAUSE["BAD_SHIFT"]].eq(settled("bad_shift", Cat(*[
-                (getattr(self, f.port) == 0) | (getattr(self, f.port) > 62)
+                (getattr(self, f.port) == 0) | (getattr(self, f.port) > max_shift(cfg, f.port))
                 for _, f in rmap.fields_with_port() if f.port.endswith("_shift")]).any())),
         ]
         return check

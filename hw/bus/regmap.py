@@ -42,7 +42,7 @@ from golden.config import AttentionConfig
 __all__ = [
     "Access", "Guard", "Field", "Register", "WindowRegion", "RegisterMap", "RegmapError",
     "build_regmap", "regmap_json", "regmap_c_header", "regmap_markdown", "pack_window",
-    "param_values", "ERROR_CAUSES", "ID_VALUE", "VERSION_VALUE", "RESP_OKAY", "RESP_SLVERR",
+    "param_values", "max_shift", "ERROR_CAUSES", "ID_VALUE", "VERSION_VALUE", "RESP_OKAY", "RESP_SLVERR",
 ]
 
 ID_VALUE = 0x4154544E            # "ATTN" in ASCII, most significant byte first
@@ -73,7 +73,8 @@ ERROR_CAUSES = (
     ("BAD_CROSS", "START with CTRL.CROSS set but the configuration has no cross-attention"),
     ("BAD_CAUSAL", "START with CTRL.CAUSAL set but the configuration has no causal mask"),
     ("BAD_SHIFT", "START while a requantization or exponent shift register is outside 1..62 "
-                  "(they reset to 0: after a reset, write the parameters again)"),
+                  "(1..54 for RQ_PV_SHIFT on the tiled path; they reset to 0: after a reset, "
+                  "write the parameters again)"),
     ("ENGINE_FAULT", "a matrix engine rejected a command or the softmax unit flagged invalid "
                      "settings; the run was abandoned (engine)"),
 )
@@ -278,6 +279,15 @@ class RegisterMap:
 
 # ------------------------------------------------------------------------------ building
 
+def max_shift(cfg: AttentionConfig, port: str) -> int:
+    """The largest valid value of a shift register (its ``port`` name): 62, except the P.V
+    shift on the tiled path, which the normalising pass applies plus its guard bits."""
+    if port == "rq_pv_shift" and cfg.tiled:
+        from golden.online_softmax import NORM_GUARD_BITS
+        return 62 - NORM_GUARD_BITS
+    return 62
+
+
 def _requant_registers(cfg: AttentionConfig) -> list[Register]:
     regs = []
     offset = 0x040
@@ -287,7 +297,8 @@ def _requant_registers(cfg: AttentionConfig) -> list[Register]:
     for tag, attr, what in stages:
         for part, width, desc in (
                 ("MULT", cfg.requant_mult_bits, f"requantization multiplier of the {what}"),
-                ("SHIFT", SHIFT_BITS, f"requantization right shift of the {what} (1..62)")):
+                ("SHIFT", SHIFT_BITS, f"requantization right shift of the {what} "
+                                      f"(1..{max_shift(cfg, attr + '_shift')})")):
             port = f"{attr}_{part.lower()}"
             regs.append(Register(f"RQ_{tag}_{part}", offset, desc[0].upper() + desc[1:] + ".", (
                 Field(part, 0, width, Access.RW, desc, port=port, guard=Guard.LAYER),)))
