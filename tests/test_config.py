@@ -1,5 +1,7 @@
 """AttentionConfig validation, loading and round trips."""
 
+import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -142,3 +144,29 @@ def test_name_with_quote_and_backslash_round_trips(tmp_path):
     path = tmp_path / "config.toml"
     path.write_text(cfg.to_toml())
     assert load_config(path) == cfg
+
+
+@pytest.mark.parametrize("changes,message", [
+    (dict(kv_tile=12, q_tile=6), "kv_tile = 12 must be a multiple of array_cols = 8"),
+    (dict(kv_tile=16), "q_tile = 0 is out of range: allowed 6..64"),
+    (dict(kv_tile=16, q_tile=8), "q_tile = 8 must be a multiple of array_rows = 6"),
+    (dict(q_tile=6), "q_tile = 6 needs kv_tile > 0"),
+    (dict(kv_tile=16, q_tile=6, tile_norm_lanes=3), "tile_norm_lanes = 3 must divide"),
+    (dict(kv_tile=72), "kv_tile = 72 is out of range: allowed 0..64"),
+])
+def test_tiling_limits_are_named(changes, message):
+    base = load_config(REPO / "configs" / "default.toml")
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        base.replace(**changes)
+
+
+def test_tiled_acc_bits_limit():
+    base = load_config(REPO / "configs" / "default.toml")
+    with pytest.raises(ConfigError, match="too large for acc_bits = 24"):
+        base.replace(acc_bits=24, bias_bits=16, kv_tile=64, q_tile=6)
+
+
+def test_long_config_round_trips():
+    cfg = load_config(REPO / "configs" / "long.toml")
+    assert cfg.tiled and (cfg.kv_tile, cfg.q_tile) == (64, 60)
+    assert config_from_dict(tomllib.loads(cfg.to_toml())) == cfg.replace(name="long")
