@@ -54,8 +54,8 @@ def query_tile(cfg, fmt, rng, rows, kv_rows, dv, *, causal=False, kv_len=None, q
 
 
 def run(cfg, fmt, rows, cols, dv, lanes, qtiles, rq, *, idle=0.0, backpressure=0.0, seed=0,
-        shuffle=True, keep=False):
-    dut = TileAccumulator(cfg, fmt, rows, cols, dv, norm_lanes=lanes)
+        shuffle=True, keep=False, banks=2):
+    dut = TileAccumulator(cfg, fmt, rows, cols, dv, norm_lanes=lanes, banks=banks)
     rng = np.random.default_rng(seed)
     info_l, res_l = dut.info.payload.shape(), dut.result.payload.shape()
     infos, results, want = [], [], []
@@ -94,9 +94,9 @@ def run(cfg, fmt, rows, cols, dv, lanes, qtiles, rq, *, idle=0.0, backpressure=0
     return (out, ip, rp) if keep else out
 
 
-@pytest.mark.parametrize("lanes", [1, 2, 4])
+@pytest.mark.parametrize("lanes,banks", [(1, 2), (2, 2), (4, 2), (2, 3)])
 @pytest.mark.parametrize("idle,backpressure", [(0.0, 0.0), (0.3, 0.3)])
-def test_query_tiles(lanes, idle, backpressure):
+def test_query_tiles(lanes, banks, idle, backpressure):
     cfg = TINY
     fmt = tiled_format(cfg, 8)
     rng = np.random.default_rng(lanes)
@@ -104,7 +104,8 @@ def test_query_tiles(lanes, idle, backpressure):
               query_tile(cfg, fmt, rng, 6, 21, 8, causal=True, q0=6),
               query_tile(cfg, fmt, rng, 3, 13, 8, kv_len=11)]
     rq = Requant(int(rng.integers(20000, 40000)), 23)   # outputs about V's range
-    run(cfg, fmt, 6, 4, 8, lanes, qtiles, rq, idle=idle, backpressure=backpressure, seed=lanes)
+    run(cfg, fmt, 6, 4, 8, lanes, qtiles, rq, idle=idle, backpressure=backpressure, seed=lanes,
+        banks=banks)
 
 
 def test_one_tile_one_row_and_rows_without_keys():
@@ -194,8 +195,8 @@ def test_verilog_lint_clean(cfg, rows, cols, dv, lanes):
                              f"{res.issues[:5]}"
 
 
-@pytest.mark.parametrize("lanes", [1, 2, 4])
-def test_cycle_model_is_exact(lanes):
+@pytest.mark.parametrize("lanes,banks", [(1, 2), (2, 2), (4, 2), (2, 3)])
+def test_cycle_model_is_exact(lanes, banks):
     """Entries and result beats offered back to back from the start, ``out`` always ready:
     the model gives the cycle of every entry and beat taken and every value group out."""
     from hw.perf.tile_accumulator import AccTile, out_latency, tile_accumulator_schedule
@@ -205,7 +206,7 @@ def test_cycle_model_is_exact(lanes):
     qtiles = [query_tile(cfg, fmt, rng, 6, 21, 8), query_tile(cfg, fmt, rng, 2, 8, 8),
               query_tile(cfg, fmt, rng, 5, 30, 8, causal=True)]
     dut_out = run(cfg, fmt, 6, 4, 8, lanes, qtiles, Requant(30000, 23), shuffle=False,
-                  keep=True)
+                  keep=True, banks=banks)
     out, ip, rp = dut_out
     tiles = []
     for tq, acc, _ in qtiles:
@@ -213,7 +214,7 @@ def test_cycle_model_is_exact(lanes):
             n = len(infos)
             tiles.append(AccTile([0] * n, [0] * (n * 2), k == len(tq) - 1,
                                  groups=n * 8 // lanes))
-    model = tile_accumulator_schedule(tiles, out_latency(cfg, fmt, lanes))
+    model = tile_accumulator_schedule(tiles, out_latency(cfg, fmt, lanes), banks)
     assert ip.accepted == [c for t in model.info for c in t]
     assert rp.accepted == [c for t in model.results for c in t]
     assert out.cycles == [c for t in model.out for c in t]

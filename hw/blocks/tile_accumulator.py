@@ -61,8 +61,9 @@ class TileAccumulator(wiring.Component):
     lead - drop + R - B - G`` (:func:`golden.online_softmax.tile_output`), ``norm_lanes``
     values per beat, rows in order; a row that saw no valid key gives 0.
 
-    Flow: info entries go to one of two banks, so the next tile's entries arrive while a
-    tile's results are accumulated; a tile's results are taken once all its entries are in
+    Flow: info entries go to ``banks`` banks in turn, so the next tiles' entries arrive while
+    a tile's results are accumulated (or its pass runs: the core uses three, for the entries
+    of the tile after next); a tile's results are taken once all its entries are in
     (the sequencer issues a tile's ``E V`` after its softmax anyway); the normalisation pass
     holds off the next tile's results. ``out`` has a queue whose room is reserved before a
     value enters the pipeline, so backpressure stalls the pass without loss.
@@ -84,6 +85,8 @@ class TileAccumulator(wiring.Component):
     norm_lanes : int
         Values normalised per cycle (divides ``cols``); each lane costs four 18 x 18
         multipliers.
+    banks : int
+        Tiles of entries held (2 or 3).
 
     Members
     -------
@@ -96,12 +99,15 @@ class TileAccumulator(wiring.Component):
         ``result.ready`` whether or not a beat is offered: the next tile's entries are all in,
         the previous tile is written back and no pass runs (the core issues a tile's E V job
         only then, so its results never wait).
+    bank_full : Out(banks)
+        Per bank: it holds a tile's entries not yet done with (results written back, and
+        after a final tile its pass over).
     """
 
     OUT_QUEUE = 24
 
     def __init__(self, cfg: AttentionConfig, fmt: TiledFormat, rows: int, cols: int, dv: int,
-                 norm_lanes: int = 1):
+                 norm_lanes: int = 1, banks: int = 2):
         if not isinstance(cfg, AttentionConfig):
             raise TypeError(f"cfg must be an AttentionConfig, not {cfg!r}")
         if not isinstance(fmt, TiledFormat):
@@ -112,6 +118,8 @@ class TileAccumulator(wiring.Component):
                 raise ValueError(f"{name} = {value!r} is out of range: allowed 1..{hi}")
         if dv % cols:
             raise ValueError(f"dv = {dv} must be a multiple of cols = {cols}")
+        if banks not in (2, 3):
+            raise ValueError(f"banks = {banks!r} is out of range: allowed 2, 3")
         if norm_lanes not in [n for n in range(1, cols + 1) if cols % n == 0]:
             raise ValueError(f"norm_lanes = {norm_lanes!r} must divide cols = {cols}")
         # A started row has l > 2**(Bt-1), so lead >= Bt - 1 and the normalising shift is
@@ -122,6 +130,7 @@ class TileAccumulator(wiring.Component):
                              f"allowed >= {cfg.recip_bits - low + 1}")
         self.cfg, self.fmt = cfg, fmt
         self.rows, self.cols, self.dv, self.norm_lanes = rows, cols, dv, norm_lanes
+        self.banks = banks
         self.groups = dv // cols                        # words per row of O
         super().__init__({
             "info": In(stream.Signature(tile_row_layout(cfg, fmt, rows))),
@@ -130,6 +139,7 @@ class TileAccumulator(wiring.Component):
             "rq_mult": In(unsigned(cfg.requant_mult_bits)),
             "rq_shift": In(unsigned(6)),
             "results_ready": Out(1),
+            "bank_full": Out(banks),
         })
 
     @property
@@ -147,33 +157,38 @@ class TileAccumulator(wiring.Component):
         info_entry = data.StructLayout({**members, "rise_m1": rise_shape, "rise0": 1})
         # Entry (bank, row) at address {bank, row}: two banks of a power-of-two size.
         m.submodules.info_mem = info_mem = Memory(shape=info_entry,
-                                                  depth=2 << _bits(rows) if rows > 1 else 2,
+                                                  depth=self._info_depth(),
                                                   init=[])
         o_word = data.ArrayLayout(self.o_shape, self.cols)
         m.submodules.o_mem = o_mem = Memory(shape=o_word, depth=rows * self.groups, init=[])
 
         # Banks of info entries: the writer fills bank wbank; a bank is full once its tile's
         # last row is in, and free again once its tile's results (and pass) are done.
-        full = Signal(2)
-        tile_rows = [Signal(range(rows + 1), name=f"tile_rows{b}") for b in (0, 1)]
-        wbank, rbank = Signal(), Signal()
+        banks = self.banks
+        full = Signal(banks)
+        tile_rows = [Signal(range(rows + 1), name=f"tile_rows{b}") for b in range(banks)]
+        wbank, rbank = Signal(range(banks)), Signal(range(banks))
+        m.d.comb += self.bank_full.eq(full)
+
+        def next_bank(b):
+            return ~b if banks == 2 else Mux(b == banks - 1, 0, b + 1)
         done_tile = Signal()            # the result side finished the tile of bank rbank
         iw = info_mem.write_port()
         take_info = Signal()
         m.d.comb += [self.info.ready.eq(~full.bit_select(wbank, 1)),
                      take_info.eq(self.info.valid & self.info.ready),
-                     iw.addr.eq(Cat(self.info.payload.slot, wbank) if rows > 1 else wbank),
+                     iw.addr.eq(self._info_addr(self.info.payload.slot, wbank)),
                      iw.en.eq(take_info),
                      *[iw.data[k].eq(self.info.payload[k]) for k in members],
                      iw.data.rise_m1.eq(self.info.payload.rise - 1),
                      iw.data.rise0.eq(self.info.payload.rise == 0)]
         with m.If(take_info & self.info.payload.last):
-            m.d.sync += [full.bit_select(wbank, 1).eq(1), wbank.eq(~wbank)]
-            for b in (0, 1):
+            m.d.sync += [full.bit_select(wbank, 1).eq(1), wbank.eq(next_bank(wbank))]
+            for b in range(banks):
                 with m.If(wbank == b):
                     m.d.sync += tile_rows[b].eq(self.info.payload.slot + 1)
         with m.If(done_tile):
-            m.d.sync += [full.bit_select(rbank, 1).eq(0), rbank.eq(~rbank)]
+            m.d.sync += [full.bit_select(rbank, 1).eq(0), rbank.eq(next_bank(rbank))]
 
         passing = Signal()              # the normalisation pass runs
         pass_go = Signal()              # a final tile's last result is written
@@ -191,7 +206,12 @@ class TileAccumulator(wiring.Component):
         return row * self.groups + group
 
     def _info_addr(self, row, bank):
-        return Cat(row, bank) if self.rows > 1 else bank
+        return Cat(row[:_bits(self.rows)], bank) if self.rows > 1 else bank
+
+    def _info_depth(self):
+        # Entry (bank, row) at address {bank, row}: banks of a power-of-two size.
+        per_bank = 1 << _bits(self.rows) if self.rows > 1 else 1
+        return per_bank * (1 << (self.banks - 1).bit_length())
 
     def _accumulate(self, m, ir, orr, ow, info_entry, full, rbank, passing, done_tile,
                     pass_go):
@@ -269,7 +289,7 @@ class TileAccumulator(wiring.Component):
         group = Signal(range(max(2, self.groups)))
         sub = Signal(range(max(2, per_word)))
         n_rows = Signal(range(self.rows + 1))
-        for b in (0, 1):
+        for b in range(self.banks):
             with m.If(rbank == b):
                 m.d.comb += n_rows.eq(tile_rows[b])
         with m.If(passing):

@@ -83,6 +83,7 @@ from hw.bus.settings import StartSignature, WindowWriteSignature
 from hw.blocks.tile_accumulator import TileAccumulator
 from hw.blocks.tile_softmax import TileSoftmaxUnit
 from hw.core.attn_writer import AttnWriter
+from hw.core.arith import or_all
 from hw.core.bias_fetch import BiasFetch
 from hw.core.buffers import CoreBuffers
 from hw.core.commands import EngineCommands
@@ -197,7 +198,7 @@ class AttentionCore(wiring.Component):
             if geom.tiled:
                 sm = TileSoftmaxUnit(cfg, geom.fmt, cfg.q_tile)
                 acc = TileAccumulator(cfg, geom.fmt, cfg.q_tile, geom.C, geom.dk,
-                                      cfg.tile_norm_lanes)
+                                      cfg.tile_norm_lanes, banks=3)
                 m.submodules[f"tile_accumulator{e}"] = flushed(acc)
                 sm.accumulator = acc
             else:
@@ -228,6 +229,7 @@ class AttentionCore(wiring.Component):
                 connect(m, getattr(fetch, f"{name}_read")[r], getattr(buf, f"{name}_read")[r])
         sinks = [commands, fetch]
         attn_idle, self._attn_tile_ready, self._acc_ready = [], [], []
+        self._acc_full, self._feed_idle = [], []
         for e, (eng, sm) in enumerate(zip(engines, softmaxes)):
             for name, count in (("q", R), ("p", R), ("a", R), ("k", C)):
                 for i in range(count):
@@ -285,6 +287,8 @@ class AttentionCore(wiring.Component):
             # each takes the tile in the same cycle.
             m.d.comb += [seq.attn_idle.eq(Cat(*attn_idle).all()),
                          seq.acc_ready.eq(Cat(*self._acc_ready).all()),
+                         seq.acc_full.eq(or_all(self._acc_full)),
+                         seq.feed_idle.eq(Cat(*self._feed_idle).all()),
                          seq.attn_tile.ready.eq(Cat(*self._attn_tile_ready).all())]
         return sinks
 
@@ -296,7 +300,7 @@ class AttentionCore(wiring.Component):
         connect = wiring.connect
         tile = seq.tile
         m.d.comb += [feed.seq.eq(tile.rows), feed.kvrows.eq(tile.keys), feed.tile.eq(tile.feed),
-                     pwr.seq.eq(tile.rows),
+                     pwr.seq.eq(tile.rows), pwr.bank.eq(tile.pbank),
                      acc.rq_mult.eq(run.rq_pv_mult), acc.rq_shift.eq(run.rq_pv_shift)]
         connect(m, sm.row_info, acc.info)
         connect(m, writer.acc, acc.result)
@@ -309,6 +313,8 @@ class AttentionCore(wiring.Component):
             seq.attn_tile.payload)]
         attn_idle.append(aw.idle)
         self._acc_ready.append(acc.results_ready)
+        self._acc_full.append(acc.bank_full)
+        self._feed_idle.append(feed.idle)
         self._attn_tile_ready.append(aw.tile.ready)
 
     @staticmethod

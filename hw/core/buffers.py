@@ -30,7 +30,8 @@ class CoreBuffers(wiring.Component):
     s : per engine, ``C`` scores of ``score_bits`` per word (one head's S, or on the tiled
         path one tile of ``q_tile`` rows by ``kv_tile`` keys)
     p : per engine, ``R`` banks of ``softmax_lanes`` probabilities of ``prob_bits`` (tiled:
-        one tile's unnormalized E, ``Bt + 1`` bits)
+        the unnormalized E, ``Bt + 1`` bits, of two tiles, the address's top bit selecting
+        the tile: the softmax writes the next tile's while P.V reads the current one's)
     o : per engine, ``C`` int8 per word, double buffered (the next sequence's output is written
         while the previous one streams out)
 
@@ -62,7 +63,7 @@ class CoreBuffers(wiring.Component):
             "k": (8 * C, cdiv(KV, C) * G * TN, None, (E, C), False),
             "v": (8 * C, KV * G * TN, None, (E,), False),
             "s": (cfg.score_bits * C, g.S_ROWS * g.TNk, None, (E,), False),
-            "p": (g.p_bits * L, cdiv(g.S_ROWS, R) * g.KB, None, (E, R), False),
+            "p": (g.p_bits * L, g.p_depth, None, (E, R), g.tiled),
             "a": (8 * C, cdiv(SEQ, R) * G * TN, None, (E, R), False),
             "o": (8 * C, g.o_depth, None, (E,), True),
         }

@@ -153,6 +153,15 @@ class CoreGeometry:
         return self.SEQ * self.G * self.TN
 
     @property
+    def p_depth(self) -> int:
+        """Words of one probability tile per bank of rows (the tiled path keeps two tiles)."""
+        return cdiv(self.S_ROWS, self.R) * self.KB
+
+    @property
+    def p_aw(self) -> int:
+        return addr_bits(self.p_depth)
+
+    @property
     def o_aw(self) -> int:
         return addr_bits(self.o_depth)
 

@@ -56,7 +56,7 @@ def job_layout(geom: CoreGeometry) -> data.StructLayout:
     """A job: sources, weight matrix ``w`` (0..3 = q, k, v, o), ``bias`` (add the bias row of
     ``w``), requantization, destination, the product's ``m``, ``n``, ``k`` and the head group
     ``lh``. The tiled path adds where a tile's operands start: ``m0`` (row tiles of Q),
-    ``n0`` (column tiles of K) and ``k0`` (rows of V)."""
+    ``n0`` (column tiles of K) and ``k0`` (rows of V), and ``pbank``, the tile bank of E."""
     lb = geom.lb
     fields = {
         "a": ASource, "b": BSource, "w": 2, "bias": 1, "rq": Requant, "dst": Dest,
@@ -67,5 +67,5 @@ def job_layout(geom: CoreGeometry) -> data.StructLayout:
     }
     if geom.tiled:
         fields.update({"m0": range(geom.QTR + 1), "n0": range(geom.KVC + 1),
-                       "k0": range(geom.KV + 1)})
+                       "k0": range(geom.KV + 1), "pbank": 1})
     return data.StructLayout(fields)

@@ -93,6 +93,7 @@ class OperandFetch(wiring.Component):
         cur = Signal.like(job.payload)         # the job being run
         with m.If(job_go):
             m.d.sync += cur.eq(job.payload)
+        self._cur = cur
 
         f_active = Signal()
         f_tm = Signal(range(max(SEQ, KV) + 1))
@@ -173,9 +174,13 @@ class OperandFetch(wiring.Component):
         job_is_p = Signal()
         with m.If(job_go):
             m.d.sync += job_is_p.eq(job.payload.a == ASource.P)
-        m.d.comb += [f_go.eq(f_active & (~job_is_p | p_ready)),
-                     f_row_adv.eq(advance & f_go & last_kk & last_tn),
-                     self.p_stall.eq(f_active & job_is_p & ~p_ready)]
+        if g.tiled:
+            # The tiled path's E V job is issued once its tile's E is complete.
+            m.d.comb += [f_go.eq(f_active), self.p_stall.eq(0)]
+        else:
+            m.d.comb += [f_go.eq(f_active & (~job_is_p | p_ready)),
+                         self.p_stall.eq(f_active & job_is_p & ~p_ready)]
+        m.d.comb += f_row_adv.eq(advance & f_go & last_kk & last_tn)
         with m.If(advance):
             m.d.sync += [s0_valid.eq(f_go), s1_valid.eq(s0_valid), sd_valid.eq(s1_valid),
                          sb_valid.eq(sd_valid)]
@@ -368,8 +373,11 @@ class OperandFetch(wiring.Component):
         for e in range(E):
             q_rp, p_rp = list(self.q_read[e]), list(self.p_read[e])
             w_rp, v_rp, k_rp = self.w_read[e], self.v_read[e], list(self.k_read[e])
-            for rp in q_rp + p_rp:
+            p_addr = Cat(s0_a_addr[:g.p_aw], self._cur.pbank) if g.tiled else s0_a_addr
+            for rp in q_rp:
                 m.d.comb += [rp.addr.eq(s0_a_addr), rp.en.eq(advance)]
+            for rp in p_rp:
+                m.d.comb += [rp.addr.eq(p_addr), rp.en.eq(advance)]
             for rp in [w_rp, v_rp] + k_rp:
                 m.d.comb += [rp.addr.eq(s0_b_addr), rp.en.eq(advance)]
             w_sd = stage_reg(f"sd_w{e}", w_rp.data)

@@ -50,6 +50,8 @@ class ScoreFeed(wiring.Component):
     tile : ``In(tile_feed_layout(geom))``, tiled path only
         The tile's fields, taken with ``start`` (as are ``seq``, the tile's rows, and
         ``kvrows``, its keys).
+    idle : ``Out(1)``, tiled path only
+        Every beat of the tile is taken (the score buffer may take the next tile).
 
     Latency: a row's first beat is valid 3 cycles after the row is written (the row count
     compare, the block RAM read, its output register). Throughput: one beat per cycle while
@@ -67,6 +69,7 @@ class ScoreFeed(wiring.Component):
             from hw.blocks.tile_softmax import tile_score_layout
             ports["scores"] = Out(stream.Signature(tile_score_layout(geom.cfg, geom.S_ROWS)))
             ports["tile"] = In(tile_feed_layout(geom))
+            ports["idle"] = Out(1)
         else:
             ports["scores"] = Out(stream.Signature(score_beat_layout(geom.cfg)))
         super().__init__(ports)
@@ -150,6 +153,7 @@ class ScoreFeed(wiring.Component):
         with m.If(self.flush):
             m.d.sync += [active.eq(0), ss1_valid.eq(0), ss2_valid.eq(0)]
         if g.tiled:
+            m.d.comb += self.idle.eq(~active & ~ss1_valid & ~ss2_valid)
             p = scores.payload
             m.d.comb += [p.row.eq(tile.q0 + ss2_row), p.slot.eq(ss2_row), p.rows.eq(seq),
                          p.key0.eq(tile.key0), p.first.eq(tile.first),

@@ -17,9 +17,9 @@ __all__ = ["HeadSequencer", "tile_layout"]
 
 
 def tile_layout(geom: CoreGeometry) -> data.StructLayout:
-    """The tile the score feed and the P writer work on (tiled path): its ``rows`` and
-    ``keys``, and the feed's fields (:func:`hw.core.score_feed.tile_feed_layout`)."""
-    return data.StructLayout({"rows": geom.lb, "keys": geom.lb,
+    """The tile the score feed and the P writer work on (tiled path): its ``rows``, ``keys``
+    and bank of E, and the feed's fields (:func:`hw.core.score_feed.tile_feed_layout`)."""
+    return data.StructLayout({"rows": geom.lb, "keys": geom.lb, "pbank": 1,
                               "feed": tile_feed_layout(geom)})
 
 
@@ -84,7 +84,7 @@ class HeadSequencer(wiring.Component):
             ports.update({
                 "tile": Out(tile_layout(geom)),
                 "attn_tile": Out(stream.Signature(attn_tile_layout(geom))),
-                "attn_idle": In(1), "acc_ready": In(1),
+                "attn_idle": In(1), "acc_ready": In(1), "acc_full": In(3), "feed_idle": In(1),
             })
         super().__init__(ports)
 
@@ -126,6 +126,7 @@ class HeadSequencer(wiring.Component):
 
         if geom.tiled:
             tiles = _TileLoop(self, run, tile_wait)
+            tiles.outside(m)          # before the states, whose assignments take precedence
 
         def abandon_on_fault():
             with m.If(self.fault):
@@ -151,7 +152,6 @@ class HeadSequencer(wiring.Component):
                             m.d.sync += [g.eq(0), pj.eq(0)]
                             if geom.tiled:
                                 tiles.restart(m)
-                                m.next = "TILE"
                             else:
                                 scores_job(lh=0)
                                 m.next = "SCORES"
@@ -222,73 +222,121 @@ class _TileLoop:
     those above the query tile's last row. After the last group, the output projection waits
     for the last pass.
 
-    States: TILE issues the tile's scores job (one cycle after the previous job is done);
-    TSCORES waits for it and issues the E V job (a final tile's only once the attention
-    writers are free, and with its ``attn_tile``); TPV waits for that; DRAIN waits for the
-    writers before the output projection."""
+    The jobs run one tile ahead: S(T0), S(T1), E V(T0), S(T2), E V(T1), ... over the tiles of
+    every query tile and head group in turn, so the softmax works on a tile while the array
+    computes the next tile's scores, and a tile's E V starts with its E complete. DECIDE
+    issues, once the previous job is done, E V of the older pending tile when two are
+    pending (or one and none is left), else S of the next tile:
+
+    - S waits for the score feed to have sent the previous tile (one score buffer) and for
+      the accumulators' entry bank of this tile to be free (three banks: the tile before,
+      this one and the one whose results or pass are still running);
+    - E V waits until every accumulator takes its results at once (so their timing is the
+      fetch's alone) and, on a query tile's final key tile, the previous pass is written.
+
+    Two banks of E alternate between tiles (``pbank``)."""
 
     def __init__(self, seq, run, wait):
         geom = seq.geom
         self.seq, self.run, self.geom, self.wait = seq, run, geom, wait
         QT, KT = geom.cfg.q_tile, geom.cfg.kv_tile
         self.QT, self.KT = QT, KT
-        self.q0 = Signal(range(geom.SEQ + QT + 1))       # the query tile's first row
+        self.q0 = Signal(range(geom.SEQ + QT + 1))       # the next S tile's first row
         self.qr = Signal(range(geom.QTR + 1))            # ... in row tiles
-        self.k0 = Signal(range(geom.KV + KT + 1))        # the key tile's first key
+        self.k0 = Signal(range(geom.KV + KT + 1))        # ... its first key
         self.kc = Signal(range(geom.KVC + 1))            # ... in column tiles
-        self.final = Signal()
+        self.more = Signal()                             # tiles left to issue S for
+        self.pbank = Signal()                            # the next S tile's bank of E
+        self.abank = Signal(range(3))                    # ... its accumulator entry bank
+        self.pend = Signal(range(3))                     # tiles with S done, E V not issued
+        slot = data.StructLayout({"rows": geom.lb, "keys": geom.lb, "k0": range(geom.KV + 1),
+                                  "lh": range(geom.G + 1), "qr": range(geom.QTR + 1),
+                                  "final": 1, "pbank": 1})
+        self.pv = [Signal(slot, name="pv0"), Signal(slot, name="pv1")]   # oldest first
 
     def restart(self, m):
-        m.d.sync += [self.q0.eq(0), self.qr.eq(0), self.k0.eq(0), self.kc.eq(0)]
+        m.d.sync += [self.q0.eq(0), self.qr.eq(0), self.k0.eq(0), self.kc.eq(0),
+                     self.more.eq(1), self.pend.eq(0)]
+        m.next = "DECIDE"
 
     def states(self, m, g, issue, abandon_on_fault, job_done):
         seq, run, geom = self.seq, self.run, self.geom
-        G, dk, R, C, QT, KT = geom.G, geom.dk, geom.R, geom.C, self.QT, self.KT
-        q0, qr, k0, kc = self.q0, self.qr, self.k0, self.kc
-        tile = seq.tile
-        # The query tile's rows and the keys it needs; this key tile's keys.
+        dk, QT, KT = geom.dk, self.QT, self.KT
+        q0, k0, pend, pv = self.q0, self.k0, self.pend, self.pv
+        # The next S tile: its rows, the keys its query tile needs, its keys.
         rows = Mux(q0 + QT <= run.seq, QT, run.seq - q0)
         kend = Mux(run.causal & (q0 + rows < run.keylen), q0 + rows, run.keylen)
         keys = Mux(k0 + KT <= kend, KT, kend - k0)
+        final = k0 + KT >= kend
         at = seq.attn_tile
-        m.d.sync += at.valid.eq(at.valid & ~at.ready & ~seq.flush)
-        with m.State("TILE"):
-            m.d.sync += [tile.rows.eq(rows), tile.keys.eq(keys), tile.feed.q0.eq(q0),
-                         tile.feed.key0.eq(k0), tile.feed.first.eq(k0 == 0),
-                         tile.feed.final.eq(k0 + KT >= kend), self.final.eq(k0 + KT >= kend)]
-            issue(a=ASource.Q, b=BSource.K, bias=0, rq=Requant.NONE, dst=Dest.S, m=rows,
-                  n=keys, k=dk, lh=g, m0=qr, n0=kc)
-            m.d.sync += seq.softmax_start.eq(1)
-            m.next = "TSCORES"
-        with m.State("TSCORES"):
-            # E V waits until the accumulators take its results at once (so their timing is
-            # the fetch's alone), and a final tile until the previous pass is written.
-            go = seq.acc_ready & (~self.final | seq.attn_idle)
-            m.d.comb += self.wait.eq(job_done & ~go)
-            with m.If(job_done & go):
-                issue(a=ASource.P, b=BSource.V, bias=0, rq=Requant.NONE, dst=Dest.ACC,
-                      m=tile.rows, n=dk, k=tile.keys, lh=g, k0=k0)
-                with m.If(self.final):
-                    m.d.sync += [at.valid.eq(1), at.payload.m0.eq(qr), at.payload.lh.eq(g)]
-                m.next = "TPV"
-            abandon_on_fault()
-        with m.State("TPV"):
+        do_pv = (pend == 2) | ((pend == 1) & ~self.more)
+        s_ok = seq.feed_idle & ~seq.acc_full.bit_select(self.abank, 1)
+        pv_ok = seq.acc_ready & (~pv[0].final | seq.attn_idle)
+        with m.State("DECIDE"):
             with m.If(job_done):
-                m.next = "TILE"
-                with m.If(~self.final):
-                    m.d.sync += [k0.eq(k0 + KT), kc.eq(kc + KT // C)]
+                with m.If(do_pv):
+                    m.d.comb += self.wait.eq(~pv_ok)
+                    with m.If(pv_ok):
+                        self._issue_pv(m, issue, at)
+                with m.Elif(self.more):
+                    m.d.comb += self.wait.eq(~s_ok)
+                    with m.If(s_ok):
+                        self._issue_scores(m, issue, g, rows, keys, kend, final)
+                        self._advance(m, g, final)
                 with m.Else():
-                    m.d.sync += [k0.eq(0), kc.eq(0), q0.eq(q0 + QT), qr.eq(qr + QT // R)]
-                    with m.If(q0 + QT >= run.seq):
-                        m.d.sync += [q0.eq(0), qr.eq(0), g.eq(g + 1)]
-                        with m.If(g + 1 == G):
-                            m.d.sync += g.eq(0)
-                            m.next = "DRAIN"
+                    m.next = "DRAIN"
             abandon_on_fault()
         with m.State("DRAIN"):
             # The output projection reads every head's attention rows: the last pass first.
-            with m.If(seq.attn_idle & ~seq.attn_tile.valid):
+            with m.If(seq.attn_idle & ~at.valid):
                 issue(a=ASource.ATTN, b=BSource.W, w=3, bias=1, rq=Requant.O,
                       dst=Dest.OUT, m=run.seq, n=dk, k=geom.d, lh=0)
                 m.next = "OPROJ"
             abandon_on_fault()
+
+    def outside(self, m):
+        """What runs in every state: the attention tile's handshake, a flush."""
+        seq, at = self.seq, self.seq.attn_tile
+        m.d.sync += at.valid.eq(at.valid & ~at.ready & ~seq.flush)
+        with m.If(seq.flush):
+            m.d.sync += self.abank.eq(0)
+
+    def _issue_scores(self, m, issue, g, rows, keys, kend, final):
+        seq, pend, pv, tile = self.seq, self.pend, self.pv, self.seq.tile
+        k0 = self.k0
+        issue(a=ASource.Q, b=BSource.K, bias=0, rq=Requant.NONE, dst=Dest.S, m=rows,
+              n=keys, k=self.geom.dk, lh=g, m0=self.qr, n0=self.kc)
+        m.d.sync += [seq.softmax_start.eq(1),
+                     tile.rows.eq(rows), tile.keys.eq(keys), tile.pbank.eq(self.pbank),
+                     tile.feed.q0.eq(self.q0), tile.feed.key0.eq(k0),
+                     tile.feed.first.eq(k0 == 0), tile.feed.final.eq(final),
+                     self.pbank.eq(~self.pbank),
+                     self.abank.eq(Mux(self.abank == 2, 0, self.abank + 1)),
+                     pend.eq(pend + 1)]
+        entry = {"rows": rows, "keys": keys, "k0": k0, "lh": g, "qr": self.qr, "final": final,
+                 "pbank": self.pbank}
+        for i in (0, 1):
+            with m.If(pend == i):
+                m.d.sync += [pv[i][k].eq(v) for k, v in entry.items()]
+
+    def _issue_pv(self, m, issue, at):
+        pv = self.pv
+        issue(a=ASource.P, b=BSource.V, bias=0, rq=Requant.NONE, dst=Dest.ACC, m=pv[0].rows,
+              n=self.geom.dk, k=pv[0].keys, lh=pv[0].lh, k0=pv[0].k0, pbank=pv[0].pbank)
+        with m.If(pv[0].final):
+            m.d.sync += [at.valid.eq(1), at.payload.m0.eq(pv[0].qr), at.payload.lh.eq(pv[0].lh)]
+        m.d.sync += [pv[0].eq(pv[1]), self.pend.eq(self.pend - 1)]
+
+    def _advance(self, m, g, final):
+        """The next S tile: the next key tile, or the next query tile, or the next group."""
+        geom, run = self.geom, self.run
+        QT, KT = self.QT, self.KT
+        q0, qr, k0, kc = self.q0, self.qr, self.k0, self.kc
+        with m.If(~final):
+            m.d.sync += [k0.eq(k0 + KT), kc.eq(kc + KT // geom.C)]
+        with m.Else():
+            m.d.sync += [k0.eq(0), kc.eq(0), q0.eq(q0 + QT), qr.eq(qr + QT // geom.R)]
+            with m.If(q0 + QT >= run.seq):
+                m.d.sync += [q0.eq(0), qr.eq(0), g.eq(g + 1)]
+                with m.If(g + 1 == geom.G):
+                    m.d.sync += [g.eq(0), self.more.eq(0)]

@@ -55,14 +55,16 @@ class AccSchedule:
     out: list[list[int]]        # per final tile: the cycle each value group left
 
 
-def tile_accumulator_schedule(tiles: list[AccTile], out_lat: int) -> AccSchedule:
-    """The schedule of ``tiles`` (offered as they say, ``out`` always ready)."""
+def tile_accumulator_schedule(tiles: list[AccTile], out_lat: int, banks: int = 2
+                              ) -> AccSchedule:
+    """The schedule of ``tiles`` (offered as they say, ``out`` always ready) for an
+    accumulator of ``banks`` entry banks."""
     info, results, out = [], [], []
-    free = [0, 0]                   # the cycle from which each bank takes entries
+    free = [0] * banks              # the cycle from which each bank takes entries
     ready_from = 0                  # the cycle from which the next tile's results are taken
     t_info = -1
     for k, tile in enumerate(tiles):
-        bank = k % 2
+        bank = k % banks
         ti = []
         for c in tile.info_offered:
             t_info = max(c, t_info + 1, free[bank])
