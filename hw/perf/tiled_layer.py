@@ -35,6 +35,9 @@ ACC_READY = 2
 # From the pass's last value group leaving the accumulator to the writers' idle flag seen by
 # the sequencer: the word write and the pending flag.
 WRITER_IDLE = 3
+# From a tile done in the accumulator (results written back, or its pass over) to the next S
+# that needs its entry bank.
+BANK_FREE = 0
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -78,7 +81,6 @@ def tiled_attention(cfg: AttentionConfig, t: int, seq: int, kv: int, causal: boo
     returns ``(jobs, stall, t_end)`` with ``jobs`` as :class:`hw.perf.layer.LayerTiming`'s
     and ``t_end`` the cycle the output projection may go."""
     from hw.blocks.divider import ReciprocalDivider
-    from hw.blocks.tile_accumulator import TileAccumulator
     from hw.blocks.tile_softmax import TileSoftmaxUnit
     from hw.perf.layer import FETCH_LATENCY, JOB_OVERHEAD, SCORE_FEED_LATENCY, _score_row_times
     from hw.perf.matmul import matmul_cycles
@@ -93,35 +95,56 @@ def tiled_attention(cfg: AttentionConfig, t: int, seq: int, kv: int, causal: boo
         divider_latency=ReciprocalDivider.latency_for(cfg.recip_bits),
         row_queue=TileSoftmaxUnit.ROW_QUEUE)
     out_lat = out_latency(cfg, fmt, NL)
+    plan = tile_plan(cfg, seq, kv, causal, key_len)
     jobs, stall = [], 0
-    acc_free = 0            # the accumulator takes the next tile's results from here
+    feed_idle = 0           # the score feed has sent the last S tile from here
+    last_info = {}          # per tile: its last row_info entry taken by the accumulators
+    done = {}               # per tile: the cycle its accumulator bank is free again
+    acc_free = 0            # the accumulators take the next tile's results from here
     writer_idle = 0         # the attention writers have no tile pending from here
-    for n, tile in enumerate(tile_plan(cfg, seq, kv, causal, key_len)):
-        s_go = t + 1
-        s_cycles = matmul_cycles(cfg, tile.rows, tile.keys, dk) + JOB_OVERHEAD + 1
-        jobs.append((f"scores{n}", s_cycles))
-        t += s_cycles
-        # Score rows to the softmax: the feed reads a row once written, one beat per cycle.
-        beats = _cdiv(tile.keys, L)
-        free, last_info = -1 << 30, 0
-        for w in _score_row_times(cfg, tile.rows, tile.keys, s_go + FETCH_LATENCY):
-            first = max(free, w)
-            free = first + beats
-            _, _, last_info = softmax.add(TileRow(beats, tile.first, tile.rows),
-                                          first + SCORE_FEED_LATENCY)
-        ready = max(last_info + ACC_READY, acc_free)
-        if tile.final:
-            ready = max(ready, writer_idle)
-        wait = max(0, ready - t)
+    nxt = pending = 0       # the next tile to score; tiles scored, E V not issued
+    t += 1                  # DECIDE, the state after the projections
+    while True:
+        if pending == 2 or (pending == 1 and nxt == len(plan)):
+            n = nxt - pending
+            tile = plan[n]
+            ready = max(last_info[n] + ACC_READY, acc_free)
+            if tile.final:
+                ready = max(ready, writer_idle)
+            wait = max(0, ready - t)
+            go = t + wait
+            cycles = matmul_cycles(cfg, tile.rows, dk, tile.keys)
+            jobs.append((f"pv{n}", wait + cycles + JOB_OVERHEAD))
+            last_result = go + FETCH_LATENCY + cycles - 1
+            acc_free = last_result + WRITE
+            if tile.final:
+                acc_free += tile.rows * dk // NL
+                writer_idle = acc_free - 1 + out_lat + WRITER_IDLE
+            done[n] = acc_free
+            pending -= 1
+        elif nxt < len(plan):
+            n = nxt
+            tile = plan[n]
+            ready = feed_idle
+            if n >= 3:
+                ready = max(ready, done[n - 3] + BANK_FREE)
+            wait = max(0, ready - t)
+            go = t + wait
+            cycles = matmul_cycles(cfg, tile.rows, tile.keys, dk)
+            jobs.append((f"scores{n}", wait + cycles + JOB_OVERHEAD))
+            beats = _cdiv(tile.keys, L)
+            free = -1 << 30
+            for w in _score_row_times(cfg, tile.rows, tile.keys, go + FETCH_LATENCY):
+                first = max(free, w)
+                taken, _, info = softmax.add(TileRow(beats, tile.first, tile.rows),
+                                             first + SCORE_FEED_LATENCY)
+                free = taken[-1] - SCORE_FEED_LATENCY + 1
+            feed_idle = taken[-1] + 1
+            last_info[n] = info
+            nxt += 1
+            pending += 1
+        else:
+            break
         stall += wait
-        pv_go = t + wait
-        pv_cycles = matmul_cycles(cfg, tile.rows, dk, tile.keys) + JOB_OVERHEAD
-        jobs.append((f"pv{n}", pv_cycles + wait))
-        t = pv_go + pv_cycles
-        last_result = pv_go + FETCH_LATENCY + matmul_cycles(cfg, tile.rows, dk, tile.keys) - 1
-        acc_free = last_result + WRITE
-        if tile.final:
-            groups = tile.rows * dk // NL
-            acc_free += groups
-            writer_idle = acc_free - 1 + out_lat + WRITER_IDLE
-    return jobs, stall, max(t, writer_idle)
+        t = go + cycles + JOB_OVERHEAD
+    return jobs, stall, max(t + 1, writer_idle)
