@@ -38,7 +38,7 @@ _SECTIONS = {
                "requant_mult_bits"),
     "softmax": ("exp_table_size", "exp_frac_bits", "exp_mult_bits", "recip_bits",
                 "softmax_lanes"),
-    "features": ("causal_mask", "cross_attention"),
+    "features": ("causal_mask", "cross_attention", "double_buffer", "bias_in_lut_ram"),
     "tiling": ("kv_tile", "q_tile", "tile_norm_lanes"),
 }
 
@@ -64,6 +64,11 @@ class AttentionConfig:
         cycle.
     Features
         ``causal_mask`` and ``cross_attention`` switch run-time support for those modes on.
+        ``double_buffer`` doubles the input and output buffers so the next sequence loads and
+        the previous one streams out while one computes; without it (half their block RAM)
+        a START waits until the running sequence's projections are done and its output
+        projection until the previous output has left. ``bias_in_lut_ram`` keeps the bias
+        buffers (a few words each) in LUT RAM instead of block RAM.
     Tiling
         ``kv_tile`` 0 builds the whole-row path: one head's whole score and probability
         matrices on chip (``max_seq_len x max_kv_len``). ``kv_tile`` > 0 builds the key/value
@@ -99,6 +104,8 @@ class AttentionConfig:
     # features
     causal_mask: bool = True
     cross_attention: bool = True
+    double_buffer: bool = True
+    bias_in_lut_ram: bool = False
     # tiling
     kv_tile: int = 0
     q_tile: int = 0
@@ -117,7 +124,7 @@ class AttentionConfig:
 
         if not isinstance(self.name, str) or not self.name:
             raise ConfigError(f"name must be a non-empty string, not {self.name!r}")
-        for flag in ("causal_mask", "cross_attention"):
+        for flag in ("causal_mask", "cross_attention", "double_buffer", "bias_in_lut_ram"):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigError(f"{flag} must be true or false, not {getattr(self, flag)!r}")
 

@@ -27,9 +27,10 @@ def whole_top_configs(tiny: g.AttentionConfig) -> dict[str, g.AttentionConfig]:
         "narrow": tiny.replace(name="narrow", array_rows=2, array_cols=4, softmax_lanes=2,
                                max_seq_len=12, max_kv_len=10),
         # the key/value-tiled path: two query tiles (8 + 4 rows) by three key tiles at the
-        # longest lengths, two engines
+        # longest lengths, two engines; single input and output buffers, biases in LUT RAM
         "tiled": tiny.replace(name="tiled", engines=2, max_seq_len=12, max_kv_len=12,
-                              kv_tile=4, q_tile=8),
+                              kv_tile=4, q_tile=8, double_buffer=False,
+                              bias_in_lut_ram=True),
     }
 
 

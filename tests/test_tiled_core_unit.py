@@ -43,6 +43,17 @@ def test_tiled_layer_odd_array_and_lanes():
     _check_runs(cfg, layer, runs, run_core(cfg, layer, runs))
 
 
+@pytest.mark.parametrize("kv_tile,q_tile", [(0, 0), (4, 4)])
+def test_single_buffers(kv_tile, q_tile):
+    """Single input and output buffers and biases in LUT RAM, on both paths: still exact,
+    and a lone sequence takes the cycles the model gives."""
+    cfg = TINY.replace(kv_tile=kv_tile, q_tile=q_tile, double_buffer=False,
+                       bias_in_lut_ram=True)
+    layer, runs = make_case(cfg, seed=11, specs=[dict(seq=8), dict(seq=3, kv=7),
+                                                 dict(seq=6, causal=True)])
+    _check_runs(cfg, layer, runs, run_core(cfg, layer, runs))
+
+
 def test_tiled_layer_under_stalls():
     """Random idle input and output backpressure: outputs still exact."""
     cfg = TINY.replace(kv_tile=4, q_tile=4, engines=2)

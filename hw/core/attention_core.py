@@ -160,10 +160,12 @@ class AttentionCore(wiring.Component):
         job_sinks = self._datapath(m, buf, seq, engines, softmaxes)
         self._broadcast_jobs(m, seq, job_sinks)
 
+        m.d.comb += [loader.x_free.eq(seq.x_free)]
         m.submodules.streamer = streamer = OutputStreamer(geom, buf.o_read[0].signature)
         for e in range(E):
             connect(m, streamer.o_read[e], buf.o_read[e])
         connect(m, seq.handoff, streamer.handoff)
+        m.d.comb += seq.o_free.eq(~streamer.active)
         connect(m, streamer.y_out, wiring.flipped(self.y_out))
         m.d.comb += [streamer.now.eq(now), self.done.eq(streamer.done),
                      self.cycles.eq(streamer.cycles), self.busy_cycles.eq(streamer.busy_cycles),

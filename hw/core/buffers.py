@@ -18,9 +18,10 @@ class CoreBuffers(wiring.Component):
 
     Buffers (``E`` engines, ``R`` x ``C`` array, see :class:`~hw.core.geometry.CoreGeometry`)
     -------------------------------------------------------------------------------------
-    x, kv : ``R`` banks of 32-bit words (4 int8), double buffered
+    x, kv : ``R`` banks of 32-bit words (4 int8), double buffered (``double_buffer``)
         Input rows; row ``i`` in bank ``i % R`` at ``(i // R) * D4 + word``; the address's top
-        bit selects the buffer (the next sequence loads while the arrays read the other). ``kv``
+        bit selects the buffer (the next sequence loads while the arrays read the other;
+        single buffered, the port has no such bit and the writers' bank bit falls off). ``kv``
         exists only with ``cross_attention`` (else its ports are absent).
     w, b : per engine, words of ``C`` lanes
         Weights (4 int8 per lane) and biases (``bias_bits`` per lane) of the engine's heads.
@@ -32,8 +33,8 @@ class CoreBuffers(wiring.Component):
     p : per engine, ``R`` banks of ``softmax_lanes`` probabilities of ``prob_bits`` (tiled:
         the unnormalized E, ``Bt + 1`` bits, of two tiles, the address's top bit selecting
         the tile: the softmax writes the next tile's while P.V reads the current one's)
-    o : per engine, ``C`` int8 per word, double buffered (the next sequence's output is written
-        while the previous one streams out)
+    o : per engine, ``C`` int8 per word, double buffered with ``double_buffer`` (the next
+        sequence's output is written while the previous one streams out)
 
     Members
     -------
@@ -56,7 +57,7 @@ class CoreBuffers(wiring.Component):
         SEQ, KV = g.SEQ, g.KV
         # name: (width, depth, granularity, shape of the port array, banked)
         spec = {
-            "x": (32, g.x_depth, None, (R,), True),
+            "x": (32, g.x_depth, None, (R,), cfg.double_buffer),
             "w": (32 * C, 4 * G * TN * g.D4, 8, (E,), False),
             "b": (cfg.bias_bits * C, 4 * G * TN, cfg.bias_bits, (E,), False),
             "q": (8 * C, cdiv(SEQ, R) * G * TN, None, (E, R), False),
@@ -65,10 +66,10 @@ class CoreBuffers(wiring.Component):
             "s": (cfg.score_bits * C, g.S_ROWS * g.TNk, None, (E,), False),
             "p": (g.p_bits * L, g.p_depth, None, (E, R), g.tiled),
             "a": (8 * C, cdiv(SEQ, R) * G * TN, None, (E, R), False),
-            "o": (8 * C, g.o_depth, None, (E,), True),
+            "o": (8 * C, g.o_depth, None, (E,), cfg.double_buffer),
         }
         if cfg.cross_attention:
-            spec["kv"] = (32, g.kv_depth, None, (R,), True)
+            spec["kv"] = (32, g.kv_depth, None, (R,), cfg.double_buffer)
         self._spec = spec
         ports = {}
         for name, (width, depth, gran, dims, banked) in spec.items():
@@ -88,9 +89,12 @@ class CoreBuffers(wiring.Component):
         m = Module()
         for name, (width, depth, gran, dims, banked) in self._spec.items():
             reads, writes = getattr(self, f"{name}_read"), getattr(self, f"{name}_write")
+            attrs = {"no_rw_check": 1}
+            if name == "b" and self.geom.cfg.bias_in_lut_ram:
+                attrs["ram_style"] = "distributed"
             for index in _indices(dims):
                 mem = Memory(shape=unsigned(width), depth=self._depth(depth, banked), init=[],
-                             attrs={"no_rw_check": 1})
+                             attrs=attrs)
                 m.submodules[f"{name}_mem" + "_".join(map(str, index))] = mem
                 wiring.connect(m, wiring.flipped(_at(writes, index)),
                                mem.write_port(granularity=gran))

@@ -41,6 +41,9 @@ class InputLoader(wiring.Component):
         Cycle counter; its value at START becomes ``loaded.t0``.
     busy : ``Out(1)``
         A sequence is being loaded or waits to be taken.
+    x_free : ``In(1)``
+        Without ``double_buffer``: the single input buffer may take a new sequence (the
+        sequencer's projections are done with it); START waits for it.
     error, error_cause : ``Out(1)``, ``Out(len(ERROR_CAUSES))``
         One-cycle strobe with its ERROR_CAUSE bits: STREAM_SHORT (``last`` before the final
         word: back to IDLE) or STREAM_LONG (no ``last`` on the final word: the rest of the
@@ -61,6 +64,7 @@ class InputLoader(wiring.Component):
             "loaded": Out(stream.Signature(sequence_layout(geom))),
             "now": In(32),
             "busy": Out(1), "error": Out(1), "error_cause": Out(len(REGMAP_CAUSES)),
+            "x_free": In(1),
         }
         if kv_sig is not None:
             ports["kv_write"] = In(kv_sig).array(geom.R)
@@ -72,6 +76,8 @@ class InputLoader(wiring.Component):
         R, D4, lb = g.R, g.D4, g.lb
         x_aw, kv_aw = g.x_aw, g.kv_aw
         cross_hw = g.cfg.cross_attention
+        # A single input buffer takes the next sequence once the arrays are done with it.
+        x_free = 1 if g.cfg.double_buffer else self.x_free
         ld_set = Signal(sequence_layout(g))
         m.d.comb += self.loaded.payload.eq(ld_set)
         st = self.start.payload
@@ -142,7 +148,7 @@ class InputLoader(wiring.Component):
 
         with m.FSM(name="load") as load_fsm:
             with m.State("IDLE"):
-                m.d.comb += self.start.ready.eq(1)
+                m.d.comb += self.start.ready.eq(x_free)
                 accept_start()
             with m.State("LOAD"):
                 m.d.comb += self.x_in.ready.eq(1)
@@ -176,7 +182,7 @@ class InputLoader(wiring.Component):
             with m.State("DRAIN"):
                 # A stream that ran long: discard words up to its last one. A new START ends
                 # the draining and loads from the next word.
-                m.d.comb += [self.x_in.ready.eq(~self.start.valid), self.start.ready.eq(1)]
+                m.d.comb += [self.x_in.ready.eq(~self.start.valid), self.start.ready.eq(x_free)]
                 with m.If(ld_beat & self.x_in.payload.last):
                     m.next = "IDLE"
                 accept_start()

@@ -64,6 +64,10 @@ class HeadSequencer(wiring.Component):
         waiting for results that never come.
     flush : ``Out(1)``
         The datapath returns to idle this cycle (the sequence is abandoned).
+    x_free, o_free : ``Out(1)``, ``In(1)``
+        Without ``double_buffer``: the input buffer may take the next sequence (the
+        projections are done); the streamer has sent the previous output (the output
+        projection may write the single output buffer).
     busy : ``Out(1)``
         A sequence is being computed or waits for the streamer.
     """
@@ -79,6 +83,7 @@ class HeadSequencer(wiring.Component):
             "o_bank": Out(1),
             "array_busy": In(1), "softmax_stall": In(1),
             "fault": In(1), "flush": Out(1), "busy": Out(1),
+            "x_free": Out(1), "o_free": In(1),
         }
         if geom.tiled:
             ports.update({
@@ -98,6 +103,9 @@ class HeadSequencer(wiring.Component):
         # The datapath is idle and no job was issued in the cycle before (job_go masks the
         # cycle in which the registered idle still shows the job just issued as done).
         job_done = self.job.ready & ~job_go
+        # Single output buffer: the output projection writes it once the streamer is done.
+        o_free = 1 if geom.cfg.double_buffer else self.o_free
+        self._o_free = o_free
 
         g = Signal(range(G + 1))      # head group
         pj = Signal(2)                # projection: 0 = Q, 1 = K, 2 = V
@@ -174,10 +182,11 @@ class HeadSequencer(wiring.Component):
             with m.State("PV"):
                 with m.If(job_done):
                     with m.If(g + 1 == G):
-                        m.d.sync += g.eq(0)
-                        issue(a=ASource.ATTN, b=BSource.W, w=3, bias=1, rq=Requant.O,
-                              dst=Dest.OUT, m=seq, n=dk, k=d, lh=0)
-                        m.next = "OPROJ"
+                        with m.If(o_free):
+                            m.d.sync += g.eq(0)
+                            issue(a=ASource.ATTN, b=BSource.W, w=3, bias=1, rq=Requant.O,
+                                  dst=Dest.OUT, m=seq, n=dk, k=d, lh=0)
+                            m.next = "OPROJ"
                     with m.Else():
                         m.d.sync += g.eq(g + 1)
                         scores_job(lh=g + 1)
@@ -209,6 +218,8 @@ class HeadSequencer(wiring.Component):
         with m.If(job_go & self.job.ready):
             m.d.sync += job_go.eq(0)
         m.d.comb += self.busy.eq(~seq_fsm.ongoing("IDLE"))
+        # Single input buffer: free again once the projections no longer read it.
+        m.d.comb += self.x_free.eq(~seq_fsm.ongoing("PROJ"))
         return m
 
 
@@ -288,7 +299,7 @@ class _TileLoop:
             abandon_on_fault()
         with m.State("DRAIN"):
             # The output projection reads every head's attention rows: the last pass first.
-            with m.If(seq.attn_idle & ~at.valid):
+            with m.If(seq.attn_idle & ~at.valid & seq._o_free):
                 issue(a=ASource.ATTN, b=BSource.W, w=3, bias=1, rq=Requant.O,
                       dst=Dest.OUT, m=run.seq, n=dk, k=geom.d, lh=0)
                 m.next = "OPROJ"

@@ -82,6 +82,10 @@ class LayerTiming:
     stream: int               # last job to the final output word
     macs: int                 # multiply-accumulates of the layer
     ideal: float              # macs / total PEs
+    double_buffer: bool = True
+
+    def _cycles_of(self, prefixes) -> int:
+        return sum(c for name, c in self.jobs if name.rstrip("0123456789") in prefixes)
 
     @property
     def compute(self) -> int:
@@ -95,8 +99,16 @@ class LayerTiming:
     @property
     def interval(self) -> int:
         """Cycles per sequence in a back-to-back stream of equal sequences: the slowest of
-        the three overlapped stages (load, compute plus its hand-offs, stream)."""
-        return max(self.load, self.compute + LOAD_OVERHEAD, self.stream)
+        the three overlapped stages (load, compute plus its hand-offs, stream). With single
+        input and output buffers a sequence loads only once the previous one's projections
+        are done, and its output projection waits for the previous output to leave, so the
+        projections add to the load and the output projection to the stream (an estimate
+        within a few cycles: the hand-offs between the stages are not modelled there)."""
+        if self.double_buffer:
+            return max(self.load, self.compute + LOAD_OVERHEAD, self.stream)
+        proj = self._cycles_of(("q", "k", "v"))
+        return max(self.load + proj, self.compute + LOAD_OVERHEAD,
+                   self.stream + self._cycles_of(("oproj",)))
 
     @property
     def utilization(self) -> float:
@@ -220,4 +232,5 @@ def layer_timing(cfg: AttentionConfig, seq: int, kv: int | None = None, *,
         job(f"oproj{g}", seq, dk, d)
     stream = (seq * d // 4) * (4 // stream_bytes_per_cycle(cfg)) + STREAM_OVERHEAD
     macs = cfg.layer_macs(seq, kv)
-    return LayerTiming(seq, kv, load, tuple(jobs), stall, stream, macs, macs / cfg.total_pes)
+    return LayerTiming(seq, kv, load, tuple(jobs), stall, stream, macs, macs / cfg.total_pes,
+                       cfg.double_buffer)
