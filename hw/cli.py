@@ -329,11 +329,33 @@ def cmd_perf(args) -> int:
         lengths = args.seq or sorted({16, 32, 64, cfg.max_seq_len}
                                      & set(range(1, cfg.max_seq_len + 1)))
         print(f"{'seq':>5} {'load':>7} {'compute':>9} {'stall':>6} {'stream':>7} "
-              f"{'latency':>9} {'interval':>9} {'ideal':>9} {'util':>6}")
+              f"{'latency':>9} {'interval':>9} {'ideal':>9} {'util':>6}"
+              + (f" {'causal':>9} {'speed-up':>8}" if cfg.tiled else ""))
         for n in lengths:
             lt = layer_timing(cfg, n)
-            print(f"{n:>5} {lt.load:>7} {lt.compute:>9} {lt.softmax_stall:>6} {lt.stream:>7} "
-                  f"{lt.latency:>9} {lt.interval:>9} {lt.ideal:>9.0f} {lt.utilization:>6.1%}")
+            line = (f"{n:>5} {lt.load:>7} {lt.compute:>9} {lt.softmax_stall:>6} {lt.stream:>7} "
+                    f"{lt.latency:>9} {lt.interval:>9} {lt.ideal:>9.0f} {lt.utilization:>6.1%}")
+            if cfg.tiled:
+                # The tiled path skips key tiles above the diagonal in causal mode.
+                causal = layer_timing(cfg, n, causal=True).latency
+                line += f" {causal:>9} {lt.latency / causal:>7.2f}x"
+            print(line)
+    elif args.what == "memory":
+        from hw.perf.memory import ECP5_DEVICES, buffer_ram, max_length
+        bufs = buffer_ram(cfg)
+        print(f"block RAM (DP16KD) per buffer, {cfg.name} (estimate; make synth reports the "
+              f"netlist's count)")
+        print(f"{'buffer':>7} {'copies':>6} {'words':>6} {'bits':>5} {'DP16KD':>7}")
+        for b in bufs:
+            print(f"{b.name:>7} {b.copies:>6} {b.depth:>6} {b.width:>5} {b.blocks:>7}"
+                  + ("  (LUT RAM)" if b.name == "b" and cfg.bias_in_lut_ram else ""))
+        total = sum(b.blocks for b in bufs)
+        fits = ", ".join(f"{d} {'fits' if total <= n else 'no'} ({n})"
+                         for d, (n, _) in ECP5_DEVICES.items())
+        print(f"{'total':>7} {'':>6} {'':>6} {'':>5} {total:>7}   {fits}")
+        longest = ", ".join(f"{d} {max_length(cfg, n) or '-'}"
+                            for d, (n, _) in ECP5_DEVICES.items())
+        print(f"longest max_seq_len (= max_kv_len) whose buffers fit: {longest}")
     else:
         from hw.perf.softmax import softmax_cycles
         _need("--rows", args.rows, 1)
@@ -606,7 +628,9 @@ def _args_bench(p) -> None:
 
 
 def _args_perf(p) -> None:
-    p.add_argument("--what", default="layer", choices=("layer", "softmax"))
+    p.add_argument("--what", default="layer", choices=("layer", "softmax", "memory"),
+                   help="layer: cycle model per length; softmax: the unit's; memory: block "
+                        "RAM per buffer")
     p.add_argument("--seq", type=int, nargs="+", default=None, help="layer: sequence lengths")
     p.add_argument("--rows", type=int, default=64, help="softmax: rows back to back (64)")
 

@@ -16,7 +16,7 @@ from math import prod
 
 from golden.config import AttentionConfig
 
-__all__ = ["BufferRam", "buffer_ram", "dp16kd_blocks", "ECP5_DEVICES"]
+__all__ = ["BufferRam", "buffer_ram", "dp16kd_blocks", "max_length", "ECP5_DEVICES"]
 
 # (depth, width) aspect ratios of one DP16KD.
 _SHAPES = ((16384, 1), (8192, 2), (4096, 4), (2048, 9), (1024, 18), (512, 36))
@@ -64,3 +64,24 @@ def buffer_ram(cfg: AttentionConfig) -> list[BufferRam]:
         out.append(BufferRam("acc", words, width, cfg.engines,
                              cfg.engines * dp16kd_blocks(words, width)))
     return sorted(out, key=lambda b: -b.blocks)
+
+
+def max_length(cfg: AttentionConfig, blocks: int, step: int = 8) -> int | None:
+    """The longest ``max_seq_len`` (= ``max_kv_len``, a multiple of ``step``) whose estimated
+    buffers fit ``blocks`` DP16KD, the configuration otherwise unchanged; None if not even the
+    shortest valid one does. The tiles stay as configured, capped by the length."""
+    from golden.config import ConfigError
+    best = None
+    for n in range(step, 4096 + 1, step):
+        changes = {"max_seq_len": n, "max_kv_len": n}
+        if cfg.tiled:
+            changes["kv_tile"] = min(cfg.kv_tile, n - n % cfg.array_cols or cfg.array_cols)
+            changes["q_tile"] = min(cfg.q_tile, n - n % cfg.array_rows or cfg.array_rows)
+        try:
+            c = cfg.replace(**changes)
+        except ConfigError:
+            continue
+        if sum(b.blocks for b in buffer_ram(c)) > blocks:
+            break
+        best = n
+    return best
