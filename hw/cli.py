@@ -299,6 +299,10 @@ def _bench_layer(cfg, args) -> int:
     _need("--scaling", args.scaling, 1, cfg.heads)
     others = [cfg.replace(engines=e) for e in sorted(set(args.scaling) - {cfg.engines})]
     lengths = args.seq or sorted({16, 32, 64, top} & set(range(1, top + 1)))
+    if args.harness:
+        from sim.bench.layer import report_layer_harness
+        report_layer_harness(cfg, lengths, Path(args.out))
+        return 0
     report_layer(cfg, lengths, others, args.simulator, Path(args.out))
     return 0
 
@@ -624,6 +628,9 @@ def _args_bench(p) -> None:
     p.add_argument("--scaling", type=int, nargs="*", default=[1],
                    help="layer: other engine counts to compare at the longest length (1)")
     p.add_argument("--simulator", default="verilator", choices=("verilator", "icarus"))
+    p.add_argument("--harness", action="store_true",
+                   help="layer: through the Verilator C++ harness only (long sequences: "
+                        "causal runs too on the tiled path; no engine scaling)")
     p.add_argument("--out", default="build/bench/bench.json", help="layer: report JSON")
 
 

@@ -195,3 +195,59 @@ def report_layer(cfg, lengths, others, simulator: str, out: Path) -> None:
           f"(cached: {speed['harness_build_cached_s']} s)")
     print(f"wrote {out} and {out.with_suffix('.png')}")
 
+
+
+def report_layer_harness(cfg, lengths, out: Path) -> None:
+    """The layer benchmark through the Verilator C++ harness alone (``--harness``: for long
+    sequences, which the cocotb driver would take hours over): per length one sequence on an
+    idle engine (CYCLES less the top's constant ``TOP_CYCLES`` against the model), the same
+    in causal mode on the tiled path, and four sequences back to back (the interval between
+    the last two outputs); every output checked against the golden model."""
+    import numpy as np
+
+    import golden as g
+    from hw.perf.layer import TOP_CYCLES
+    from sim.host import Sequence, run_layer
+    from sim.layers import make_case
+
+    runs = []
+    for n in lengths:
+        modes = [False, True] if cfg.tiled and cfg.causal_mask else [False]
+        layer, cases = make_case(cfg, n, [dict(seq=n, causal=c) for c in modes])
+        seqs = [Sequence(r["x"], causal=r["causal"]) for r in cases]
+        stats = {}
+        results = run_layer(cfg, layer, seqs, stats=stats)
+        b2b = run_layer(cfg, layer, [seqs[0]] * 4, overlapped=True)
+        for s, res in zip(seqs, results + b2b):
+            want = g.attention_int(cfg, layer, s.x, causal=s.causal)
+            if not np.array_equal(res.out, want):
+                raise AssertionError(f"seq {n} (causal {s.causal}): wrong output")
+        lt = layer_timing(cfg, n)
+        r = {"seq_len": n, "cycles": results[0].cycles - TOP_CYCLES,
+             "model_cycles": lt.latency, "ideal_cycles": round(lt.ideal),
+             "utilization": round(lt.ideal / (results[0].cycles - TOP_CYCLES), 4),
+             "softmax_stall_cycles": results[0].stall_cycles,
+             "model_softmax_stall_cycles": lt.softmax_stall,
+             "interval_cycles": b2b[-1].end_cycle - b2b[-2].end_cycle,
+             "model_interval": lt.interval,
+             "sim_cycles_per_s": round(stats["sim_cycles"] / stats["sim_seconds"])}
+        r["utilization_overlapped"] = round(lt.ideal / r["interval_cycles"], 4)
+        if len(results) > 1:
+            r["causal_cycles"] = results[1].cycles - TOP_CYCLES
+            r["model_causal_cycles"] = layer_timing(cfg, n, causal=True).latency
+            r["causal_speedup"] = round(r["cycles"] / r["causal_cycles"], 3)
+        runs.append(r)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"config": cfg.name, "engines": cfg.engines, "pes": cfg.total_pes,
+                               "simulator": "verilator harness", "runs": runs}, indent=2))
+    print(f"{cfg.name}: {cfg.engines} engines x {cfg.array_rows}x{cfg.array_cols} PEs, "
+          f"Verilator harness (cycles: CYCLES - {TOP_CYCLES})")
+    print(f"{'seq':>5} {'cycles':>8} {'model':>8} {'ideal':>8} {'util':>6} {'interval':>8} "
+          f"{'util b2b':>8} {'stall':>6} {'causal':>8} {'model':>8} {'speed-up':>8}")
+    for r in runs:
+        print(f"{r['seq_len']:>5} {r['cycles']:>8} {r['model_cycles']:>8} "
+              f"{r['ideal_cycles']:>8} {r['utilization']:>6.1%} {r['interval_cycles']:>8} "
+              f"{r['utilization_overlapped']:>8.1%} {r['softmax_stall_cycles']:>6} "
+              f"{r.get('causal_cycles', 0):>8} {r.get('model_causal_cycles', 0):>8} "
+              f"{r.get('causal_speedup', 0):>8.2f}")
+    print(f"wrote {out}")
