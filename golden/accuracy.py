@@ -351,7 +351,7 @@ def tiled_report(cfgs: dict, seed: int, layer_sequences: dict,
             continue
         seqs, n, calib = layer_sequences[name]
         both = {}
-        for path, t in (("rows", None), ("tiled", tile)):
+        for path, t in (("rows", 0), ("tiled", tile)):
             r = layer_accuracy(cfgs[name], seed=seed, sequences=seqs * 4, seq_len=n,
                                calib_sequences=calib, kv_tile=t)
             both[path] = {"layer_cosine_min": r["layer_cosine_min"],
@@ -530,8 +530,11 @@ def run(out_dir: Path, rows_per_case: int = 400, seed: int = 0,
                     f"softmax error: {errors.size} unsaturated outputs, {ov['rows']} rows, "
                     f"{len(cfgs)} configs")
     # (test sequences per mode, seq_len, calibration sequences); bert-base kept short.
+    # (sequences, length or None for the longest, calibration sequences); long runs its
+    # tiled path over four key tiles.
     layer_sequences = {"tiny": (32, None, 64), "default": (8, None, 32),
-                       "bert-base": (2, 32, 8), **(layer_sequences or {})}
+                       "bert-base": (2, 32, 8), "long": (4, None, 16),
+                       **(layer_sequences or {})}
     layers = {}
     for name, cfg in cfgs.items():
         seqs, n, calib = layer_sequences.get(name, (2, 32, 8))
