@@ -158,3 +158,22 @@ def test_icarus_engine_gives_the_same_answers(overlapped):
     if not overlapped:
         # the same design: the arrays take their operands in as many cycles
         assert [a.busy_cycles for a in ica] == [b.busy_cycles for b in ver]
+
+
+@pytest.mark.cocotb
+def test_long_configuration_extremes():
+    """configs/long.toml (the tiled path at 256 keys) through the harness: one row, the
+    longest sequence plain and causal with key padding, and a length that is a multiple of
+    no tile; every output against golden, CYCLES against the model."""
+    cfg = g.load_config(REPO_ROOT / "configs" / "long.toml")
+    L = cfg.max_seq_len
+    layer, runs = make_case(cfg, 7, [dict(seq=1), dict(seq=L), dict(seq=L, causal=True,
+                                                                     key_len=L - 37),
+                                     dict(seq=101, key_len=70)])
+    seqs = sequences(runs)
+    results = run_layer(cfg, layer, seqs)
+    check_outputs(cfg, layer, seqs, results, "long")
+    for s, res in zip(seqs, results):
+        model = layer_timing(cfg, len(s.x), causal=s.causal, key_len=s.key_len)
+        assert (res.cycles, res.stall_cycles) == (model.latency + TOP_CYCLES,
+                                                  model.softmax_stall)

@@ -54,6 +54,23 @@ def test_single_buffers(kv_tile, q_tile):
     _check_runs(cfg, layer, runs, run_core(cfg, layer, runs))
 
 
+def test_feed_bound_tiles():
+    """Tiles whose rows the array writes faster than the softmax unit takes them (16 keys at
+    one lane): the next scores job waits for the score feed, as the model says."""
+    cfg = TINY.replace(max_seq_len=32, max_kv_len=32, kv_tile=16, q_tile=16)
+    layer, runs = make_case(cfg, seed=13, specs=[dict(seq=16), dict(seq=32, causal=True)])
+    _check_runs(cfg, layer, runs, run_core(cfg, layer, runs))
+
+
+def test_short_tiles_long_passes():
+    """One head of 16 dimensions, 4-row query tiles, one normalising lane: passes as long as
+    the tiles' products, back-to-back E V jobs at the end."""
+    cfg = TINY.replace(heads=1, head_dim=16, max_seq_len=16, max_kv_len=16, kv_tile=4,
+                       q_tile=4, tile_norm_lanes=1)
+    layer, runs = make_case(cfg, seed=17, specs=[dict(seq=16), dict(seq=9, causal=True)])
+    _check_runs(cfg, layer, runs, run_core(cfg, layer, runs))
+
+
 def test_tiled_layer_under_stalls():
     """Random idle input and output backpressure: outputs still exact."""
     cfg = TINY.replace(kv_tile=4, q_tile=4, engines=2)

@@ -1,24 +1,28 @@
 """Cycle model of the attention core's key/value-tiled path (``cfg.kv_tile`` > 0).
 
 The projections and the output projection are timed as on the whole-row path
-(:mod:`hw.perf.layer`). Between them, per head group, query tile and key/value tile (causal and
-key-padding skips applied, :func:`tile_plan`):
+(:mod:`hw.perf.layer`). Between them the sequencer walks the tiles of :func:`tile_plan` (per
+head group, query tile and key/value tile, causal and key-padding skips applied) one tile
+ahead: S(T0), S(T1), E V(T0), S(T2), E V(T1), ..., E V(T_last). Each job takes
+``matmul_cycles`` plus ``JOB_OVERHEAD`` once it goes, and goes when the previous job is done
+and:
 
-- S: the sequencer's TILE state (one cycle), then the scores job (``matmul_cycles`` plus
-  ``JOB_OVERHEAD``); its score rows are written as on the whole-row path, the score feed
-  offers each row ``SCORE_FEED_LATENCY`` cycles after it may read it, and the online
-  softmax (:class:`hw.perf.tile_softmax.TileSoftmaxModel`, run over every row of the layer)
-  gives the cycle each row's ``row_info`` entry reaches the accumulator;
-- E V: issued once S is done, every accumulator takes results (:data:`ACC_READY`
-  cycles after the tile's last entry, or after the previous pass) and, on a query tile's
-  final key tile, the previous tile's attention rows are written; its results are then
-  taken as the engine offers them (the fetch never waits for E: all of it is written
-  before the last entry);
-- after a final tile, the accumulator's normalising pass (:mod:`hw.perf.tile_accumulator`)
-  and the attention writer (its last word is written :data:`WRITER_IDLE` cycles after the
-  pass's last value group leaves the accumulator).
+- S(T): the score feed has sent the previous tile (:data:`FEED_IDLE` cycles after the
+  softmax unit took its last beat) and the accumulators' entry bank of T is free (implied by
+  the order: E V of the tile before waited for that bank's tile); the score rows are written
+  as on the whole-row path, the feed offers each row ``SCORE_FEED_LATENCY`` cycles after it
+  may read it (or once the unit took the previous row), and the tiled softmax
+  (:class:`hw.perf.tile_softmax.TileSoftmaxModel`, over every row of the layer) gives the
+  cycle each row's entry reaches the accumulators;
+- E V(T): every accumulator takes its results at once: :data:`ACC_READY` cycles after T's
+  last entry, :data:`ACC_FREE` after the previous tile is written back or its pass is over
+  (:mod:`hw.perf.tile_accumulator`); on a query tile's final key tile also the attention
+  writers idle (:data:`WRITER_IDLE` cycles after the previous pass's last value group left
+  the accumulator). Its results are then taken as the engine offers them (all of its E is
+  written before its last entry, so the fetch never waits).
 
-The cycles the E V job waits are the run's STALL_CYCLES.
+The output projection goes once the last E V is done and the last pass written. The cycles a
+job waits are the run's STALL_CYCLES. The tests hold the model equal to the simulated core.
 """
 
 from __future__ import annotations
@@ -35,9 +39,15 @@ ACC_READY = 2
 # From the pass's last value group leaving the accumulator to the writers' idle flag seen by
 # the sequencer: the word write and the pending flag.
 WRITER_IDLE = 3
+# From the score feed's last beat taken by the softmax unit to the next S job's go: the
+# feed's output register empties, the sequencer issues.
+FEED_IDLE = 2
 # From a tile done in the accumulator (results written back, or its pass over) to the next S
 # that needs its entry bank.
-BANK_FREE = 0
+BANK_FREE = 1
+# From the cycle the accumulators take the next tile's results (the previous tile written
+# back, or its pass over) to the E V job's go: the sequencer sees results_ready and issues.
+ACC_FREE = 1
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -76,10 +86,11 @@ def tile_plan(cfg: AttentionConfig, seq: int, kv: int, causal: bool = False,
 
 
 def tiled_attention(cfg: AttentionConfig, t: int, seq: int, kv: int, causal: bool,
-                    key_len: int | None):
+                    key_len: int | None, events: list | None = None):
     """The attention part of the layer, from the cycle ``t`` the last projection is done:
     returns ``(jobs, stall, t_end)`` with ``jobs`` as :class:`hw.perf.layer.LayerTiming`'s
-    and ``t_end`` the cycle the output projection may go."""
+    and ``t_end`` the cycle the output projection may go. ``events``, if a list, receives
+    ``(job, go cycle)`` per job."""
     from hw.blocks.divider import ReciprocalDivider
     from hw.blocks.tile_softmax import TileSoftmaxUnit
     from hw.perf.layer import FETCH_LATENCY, JOB_OVERHEAD, SCORE_FEED_LATENCY, _score_row_times
@@ -108,7 +119,7 @@ def tiled_attention(cfg: AttentionConfig, t: int, seq: int, kv: int, causal: boo
         if pending == 2 or (pending == 1 and nxt == len(plan)):
             n = nxt - pending
             tile = plan[n]
-            ready = max(last_info[n] + ACC_READY, acc_free)
+            ready = max(last_info[n] + ACC_READY, acc_free + ACC_FREE)
             if tile.final:
                 ready = max(ready, writer_idle)
             wait = max(0, ready - t)
@@ -139,12 +150,14 @@ def tiled_attention(cfg: AttentionConfig, t: int, seq: int, kv: int, causal: boo
                 taken, _, info = softmax.add(TileRow(beats, tile.first, tile.rows),
                                              first + SCORE_FEED_LATENCY)
                 free = taken[-1] - SCORE_FEED_LATENCY + 1
-            feed_idle = taken[-1] + 1
+            feed_idle = taken[-1] + FEED_IDLE
             last_info[n] = info
             nxt += 1
             pending += 1
         else:
             break
         stall += wait
+        if events is not None:
+            events.append((jobs[-1][0], go))
         t = go + cycles + JOB_OVERHEAD
     return jobs, stall, max(t + 1, writer_idle)
