@@ -156,8 +156,8 @@ class AttentionCore(wiring.Component):
 
         m.submodules.sequencer = seq = HeadSequencer(geom)
         connect(m, loader.loaded, seq.loaded)
-        engines, softmaxes = self._engines(m, seq.fault)
-        job_sinks = self._datapath(m, buf, seq, engines, softmaxes)
+        engines, softmaxes, accumulators = self._engines(m, seq.fault)
+        job_sinks = self._datapath(m, buf, seq, engines, softmaxes, accumulators)
         self._broadcast_jobs(m, seq, job_sinks)
 
         m.d.comb += [loader.x_free.eq(seq.x_free)]
@@ -189,7 +189,7 @@ class AttentionCore(wiring.Component):
         beat, rows in flight)."""
         cfg, geom = self.cfg, self.geom
         engine_flush = Signal()
-        engines, softmaxes = [], []
+        engines, softmaxes, accumulators = [], [], []
         # The tiled path's E operand is UQ1.Bt (Bt + 1 bits, plus a sign).
         a_width = geom.fmt.operand_bits if geom.tiled else None
         for e in range(geom.E):
@@ -202,7 +202,7 @@ class AttentionCore(wiring.Component):
                 acc = TileAccumulator(cfg, geom.fmt, cfg.q_tile, geom.C, geom.dk,
                                       cfg.tile_norm_lanes, banks=3)
                 m.submodules[f"tile_accumulator{e}"] = flushed(acc)
-                sm.accumulator = acc
+                accumulators.append(acc)
             else:
                 sm = SoftmaxUnit(cfg)
             m.submodules[f"softmax{e}"] = flushed(sm)
@@ -211,9 +211,9 @@ class AttentionCore(wiring.Component):
         m.d.comb += fault.eq(Cat(*[eng.error for eng in engines]).any())
         m.d.sync += engine_flush.eq(fault)
         self._engine_flush = engine_flush
-        return engines, softmaxes
+        return engines, softmaxes, accumulators
 
-    def _datapath(self, m, buf, seq, engines, softmaxes):
+    def _datapath(self, m, buf, seq, engines, softmaxes, accumulators):
         """The blocks around the engines; returns the consumers of the job stream."""
         geom = self.geom
         R, C = geom.R, geom.C
@@ -230,8 +230,7 @@ class AttentionCore(wiring.Component):
             for r in range(R):
                 connect(m, getattr(fetch, f"{name}_read")[r], getattr(buf, f"{name}_read")[r])
         sinks = [commands, fetch]
-        attn_idle, self._attn_tile_ready, self._acc_ready = [], [], []
-        self._acc_full, self._feed_idle = [], []
+        tile_status = []            # per engine (tiled path): what the sequencer waits for
         for e, (eng, sm) in enumerate(zip(engines, softmaxes)):
             for name, count in (("q", R), ("p", R), ("a", R), ("k", C)):
                 for i in range(count):
@@ -277,7 +276,8 @@ class AttentionCore(wiring.Component):
                 sm.causal.eq(run.causal), sm.kv_len.eq(run.keylen),
             ]
             if geom.tiled:
-                self._tile_datapath(m, e, buf, seq, writer, feed, pwr, sm, attn_idle)
+                tile_status.append(self._tile_datapath(m, e, buf, seq, writer, feed, pwr, sm,
+                                                       accumulators[e]))
             else:
                 m.d.comb += [feed.seq.eq(run.seq), feed.kvrows.eq(run.kvrows),
                              pwr.seq.eq(run.seq)]
@@ -285,20 +285,23 @@ class AttentionCore(wiring.Component):
                     connect(m, writer.a_write[r], buf.a_write[e][r])
             sinks += [bias, writer]
         if geom.tiled:
-            # The writers run in lock-step (every engine's pass has the same length), so
-            # each takes the tile in the same cycle.
-            m.d.comb += [seq.attn_idle.eq(Cat(*attn_idle).all()),
-                         seq.acc_ready.eq(Cat(*self._acc_ready).all()),
-                         seq.acc_full.eq(or_all(self._acc_full)),
-                         seq.feed_idle.eq(Cat(*self._feed_idle).all()),
-                         seq.attn_tile.ready.eq(Cat(*self._attn_tile_ready).all())]
+            # Every engine's blocks must be ready; they run in lock-step (every engine's
+            # tiles and passes have the same length), so the writers take a tile together.
+            def every(name):
+                return Cat(*[st[name] for st in tile_status]).all()
+            m.d.comb += [seq.attn_idle.eq(every("attn_idle")),
+                         seq.acc_ready.eq(every("acc_ready")),
+                         seq.acc_full.eq(or_all([st["acc_full"] for st in tile_status])),
+                         seq.feed_idle.eq(every("feed_idle")),
+                         seq.attn_tile.ready.eq(every("attn_tile_ready"))]
         return sinks
 
-    def _tile_datapath(self, m, e, buf, seq, writer, feed, pwr, sm, attn_idle):
+    def _tile_datapath(self, m, e, buf, seq, writer, feed, pwr, sm, acc):
         """Engine ``e``'s tiled-path blocks: the feed and P writer work on the sequencer's
         tile, the online softmax's row state and E.V results meet in the tile accumulator,
-        whose normalised rows the attention writer puts into the attention buffer."""
-        geom, run, acc = self.geom, seq.run, sm.accumulator
+        whose normalised rows the attention writer puts into the attention buffer. Returns
+        the engine's status flags the sequencer waits for."""
+        geom, run = self.geom, seq.run
         connect = wiring.connect
         tile = seq.tile
         m.d.comb += [feed.seq.eq(tile.rows), feed.kvrows.eq(tile.keys), feed.tile.eq(tile.feed),
@@ -313,11 +316,8 @@ class AttentionCore(wiring.Component):
             connect(m, aw.a_write[r], buf.a_write[e][r])
         m.d.comb += [aw.tile.valid.eq(seq.attn_tile.valid), aw.tile.payload.eq(
             seq.attn_tile.payload)]
-        attn_idle.append(aw.idle)
-        self._acc_ready.append(acc.results_ready)
-        self._acc_full.append(acc.bank_full)
-        self._feed_idle.append(feed.idle)
-        self._attn_tile_ready.append(aw.tile.ready)
+        return {"attn_idle": aw.idle, "acc_ready": acc.results_ready, "acc_full": acc.bank_full,
+                "feed_idle": feed.idle, "attn_tile_ready": aw.tile.ready}
 
     @staticmethod
     def _broadcast_jobs(m, seq, sinks):

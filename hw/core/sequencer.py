@@ -38,8 +38,8 @@ class HeadSequencer(wiring.Component):
     3. OPROJ, per group: Y[:, cols of the group's heads] = rq_o(A Wo^T + bo), A of all heads;
     4. HANDOFF: the output buffer to the streamer; the next sequence writes the other one.
 
-    A key/value tile loop belongs inside step 2 (SCORES/PV per key tile), touching only this
-    block and the job fields the datapath reads.
+    With ``kv_tile > 0`` step 2 is the key/value tile loop of :class:`_TileLoop` (states
+    DECIDE and DRAIN): scores and E V per query tile and key tile, one tile ahead.
 
     Members
     -------
@@ -68,6 +68,14 @@ class HeadSequencer(wiring.Component):
         Without ``double_buffer``: the input buffer may take the next sequence (the
         projections are done); the streamer has sent the previous output (the output
         projection may write the single output buffer).
+    tile : ``Out(tile_layout(geom))``, tiled path only
+        The tile the score feed and the P writer take with ``softmax_start``.
+    attn_tile : ``Out(stream.Signature(attn_tile_layout(geom)))``, tiled path only
+        A query tile's place in the attention buffer, sent with its final E V job.
+    attn_idle, acc_ready, acc_full, feed_idle : ``In``, tiled path only
+        Every attention writer idle; every accumulator takes the next tile's results; per
+        entry bank, any accumulator still holds it; every score feed idle (see
+        :class:`_TileLoop`).
     busy : ``Out(1)``
         A sequence is being computed or waits for the streamer.
     """
@@ -105,7 +113,6 @@ class HeadSequencer(wiring.Component):
         job_done = self.job.ready & ~job_go
         # Single output buffer: the output projection writes it once the streamer is done.
         o_free = 1 if geom.cfg.double_buffer else self.o_free
-        self._o_free = o_free
 
         g = Signal(range(G + 1))      # head group
         pj = Signal(2)                # projection: 0 = Q, 1 = K, 2 = V
@@ -133,7 +140,7 @@ class HeadSequencer(wiring.Component):
             m.d.sync += self.softmax_start.eq(1)
 
         if geom.tiled:
-            tiles = _TileLoop(self, run, tile_wait)
+            tiles = _TileLoop(self, run, tile_wait, o_free)
             tiles.outside(m)          # before the states, whose assignments take precedence
 
         def abandon_on_fault():
@@ -247,9 +254,9 @@ class _TileLoop:
 
     Two banks of E alternate between tiles (``pbank``)."""
 
-    def __init__(self, seq, run, wait):
+    def __init__(self, seq, run, wait, o_free):
         geom = seq.geom
-        self.seq, self.run, self.geom, self.wait = seq, run, geom, wait
+        self.seq, self.run, self.geom, self.wait, self.o_free = seq, run, geom, wait, o_free
         QT, KT = geom.cfg.q_tile, geom.cfg.kv_tile
         self.QT, self.KT = QT, KT
         self.q0 = Signal(range(geom.SEQ + QT + 1))       # the next S tile's first row
@@ -299,7 +306,7 @@ class _TileLoop:
             abandon_on_fault()
         with m.State("DRAIN"):
             # The output projection reads every head's attention rows: the last pass first.
-            with m.If(seq.attn_idle & ~at.valid & seq._o_free):
+            with m.If(seq.attn_idle & ~at.valid & self.o_free):
                 issue(a=ASource.ATTN, b=BSource.W, w=3, bias=1, rq=Requant.O,
                       dst=Dest.OUT, m=run.seq, n=dk, k=geom.d, lh=0)
                 m.next = "OPROJ"
