@@ -163,12 +163,13 @@ def test_icarus_engine_gives_the_same_answers(overlapped):
 @pytest.mark.cocotb
 def test_long_configuration_extremes():
     """configs/long.toml (the tiled path at 256 keys) through the harness: one row, the
-    longest sequence plain and causal with key padding, and a length that is a multiple of
-    no tile; every output against golden, CYCLES against the model."""
+    longest sequence (causal, with key padding: skipped tiles of both kinds), and a length
+    that is a multiple of no tile; every output against golden, CYCLES against the model.
+    (``python -m hw bench --what layer --config configs/long.toml --harness`` runs the
+    longest plain too.)"""
     cfg = g.load_config(REPO_ROOT / "configs" / "long.toml")
     L = cfg.max_seq_len
-    layer, runs = make_case(cfg, 7, [dict(seq=1), dict(seq=L), dict(seq=L, causal=True,
-                                                                     key_len=L - 37),
+    layer, runs = make_case(cfg, 7, [dict(seq=1), dict(seq=L, causal=True, key_len=L - 37),
                                      dict(seq=101, key_len=70)])
     seqs = sequences(runs)
     results = run_layer(cfg, layer, seqs)

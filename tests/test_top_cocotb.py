@@ -16,7 +16,9 @@ TINY = g.load_config(REPO_ROOT / "configs" / "tiny.toml")
 CONFIGS = whole_top_configs(TINY)
 
 
-CASES = [("tiny", "stalls"), ("tiny-2eng", "none"), ("narrow", "stalls"), ("tiled", "stalls")]
+# (The tiled configuration runs under stalls in the Verilator harness tests; here without,
+# to keep the Icarus run short.)
+CASES = [("tiny", "stalls"), ("tiny-2eng", "none"), ("narrow", "stalls"), ("tiled", "none")]
 
 
 @pytest.mark.cocotb
