@@ -350,6 +350,12 @@ class AttentionConfig:
             "macs_per_layer_max": self.macs_per_layer_max,
             "projection_bias_limit": self.projection_bias_limit,
         }
+        if self.tiled:
+            from .online_softmax import tiled_format
+            fmt = tiled_format(self, self.kv_tile)
+            out["derived"].update({"tile_prob_bits": fmt.prob_bits,
+                                   "tile_sum_bits": fmt.sum_bits,
+                                   "tile_out_acc_bits": fmt.out_acc_bits})
         return out
 
     def to_json(self) -> str:
