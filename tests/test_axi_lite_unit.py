@@ -419,6 +419,27 @@ def test_set_wins_over_clear():
     run(TINY, body)
 
 
+def test_tiled_pv_shift_limit():
+    """On the key/value-tiled path RQ_PV_SHIFT is valid up to 54 (the normalising pass
+    shifts by it plus 8 guard bits): 55 is refused with BAD_SHIFT, 54 starts."""
+    cfg = TINY.replace(kv_tile=4, q_tile=4)
+    pv = SHIFTS[3]
+
+    async def body(ctx, dut, m, events):
+        await load_weights(ctx, dut, m)
+        assert await m.write(ctx, pv, 55) == OKAY
+        assert await m.write(ctx, COMMIT, 1) == OKAY
+        await expect_start_fails(ctx, dut, m, 0, BAD_SHIFT)
+        assert not events
+        assert await m.write(ctx, pv, 54) == OKAY
+        assert await m.write(ctx, COMMIT, 1) == OKAY
+        assert await m.write(ctx, CTRL, START) == OKAY
+        assert await m.read(ctx, CAUSE) == (0, OKAY)
+        assert [e[0] for e in events] == ["start"]
+
+    run(cfg, body)
+
+
 @pytest.mark.parametrize("timing", ["fast", "random"])
 def test_bad_shift(timing):
     """START is refused with BAD_SHIFT while any shift register is outside 1..62."""
