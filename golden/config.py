@@ -18,7 +18,7 @@ from pathlib import Path
 
 import tomli_w
 
-__all__ = ["AttentionConfig", "ConfigError", "load_config", "config_from_dict"]
+__all__ = ["AttentionConfig", "ConfigError", "load_config", "config_from_dict", "POS_ENC_MODES"]
 
 
 class ConfigError(ValueError):
@@ -40,7 +40,11 @@ _SECTIONS = {
                 "softmax_lanes"),
     "features": ("causal_mask", "cross_attention", "double_buffer", "bias_in_lut_ram"),
     "tiling": ("kv_tile", "q_tile", "tile_norm_lanes"),
+    "posenc": ("pos_enc", "max_position"),
 }
+
+#: Positional-encoding modes the hardware can build (``off`` is always available).
+POS_ENC_MODES = ("1d", "2d")
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,11 @@ class AttentionConfig:
         tiled path (:mod:`golden.online_softmax`): scores and probabilities of ``q_tile`` query
         rows by ``kv_tile`` keys at a time, an online softmax and running output
         accumulators, normalised ``tile_norm_lanes`` values per cycle.
+    Positional encoding
+        ``pos_enc`` lists the sinusoidal encodings the input loader can add to X at run time
+        (``"1d"``, ``"2d"``; empty: no encoder is built). Its table holds ``max_position``
+        positions (0: ``max_seq_len``): the 1-D mode needs ``offset + seq_len`` of them, the
+        2-D mode the grid's rows and columns.
     """
 
     name: str = "unnamed"
@@ -110,6 +119,9 @@ class AttentionConfig:
     kv_tile: int = 0
     q_tile: int = 0
     tile_norm_lanes: int = 2
+    # positional encoding
+    pos_enc: tuple = ()
+    max_position: int = 0
 
     # ---------------------------------------------------------------- validation
 
@@ -185,6 +197,7 @@ class AttentionConfig:
                 f"weight-window words each carry 4 int8 elements of one row")
 
         self._check_tiling(need)
+        self._check_pos_enc(need)
 
         # Every accumulation must be exact in acc_bits (no wrap-around in any product).
         limit = 2 ** (self.acc_bits - 1) - 1
@@ -243,6 +256,33 @@ class AttentionConfig:
             raise ConfigError(
                 f"recip_bits = {self.recip_bits} is too small for kv_tile > 0: allowed >= "
                 f"{self.recip_bits - low + 1}")
+
+    def _check_pos_enc(self, need):
+        """The positional encoder's limits; a list from TOML becomes a tuple (hashable)."""
+        modes = self.pos_enc
+        if isinstance(modes, str) or not isinstance(modes, (list, tuple)):
+            raise ConfigError(f"pos_enc must be a list of modes ({', '.join(POS_ENC_MODES)}), "
+                              f"not {modes!r}")
+        bad = [m for m in modes if m not in POS_ENC_MODES]
+        if bad or len(set(modes)) != len(modes):
+            raise ConfigError(f"pos_enc = {list(modes)!r}: allowed a list of distinct modes "
+                              f"out of {', '.join(POS_ENC_MODES)}")
+        object.__setattr__(self, "pos_enc", tuple(m for m in POS_ENC_MODES if m in modes))
+        if not modes:
+            if self.max_position:
+                raise ConfigError(f"max_position = {self.max_position} needs a pos_enc mode "
+                                  f"(no encoder is built): allowed 0")
+            return
+        # The encoder's table words hold eight codes; the 2-D mode splits d_model in halves.
+        if self.d_model % 8:
+            raise ConfigError(f"d_model = {self.d_model} must be a multiple of 8 with pos_enc "
+                              f"(the encoding table's words hold eight channels)")
+        need("max_position", 0, 65535, "positions in the encoding table; 0 = max_seq_len")
+
+    @property
+    def positions(self) -> int:
+        """Positions in the encoding table (``max_position``, 0 meaning ``max_seq_len``)."""
+        return self.max_position or self.max_seq_len
 
     @property
     def tiled(self) -> bool:
@@ -340,7 +380,8 @@ class AttentionConfig:
         """Nested dict in the TOML layout, plus a ``derived`` section (ignored on load)."""
         out = {"name": self.name}
         for section, names in _SECTIONS.items():
-            out[section] = {n: getattr(self, n) for n in names}
+            out[section] = {n: (list(getattr(self, n)) if n == "pos_enc" else getattr(self, n))
+                            for n in names}
         out["derived"] = {
             "score_bits": self.score_bits,
             "exp_table_bits": self.exp_table_bits,

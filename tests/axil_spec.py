@@ -13,14 +13,18 @@ OKAY, SLVERR = 0, 2
 ID, VERSION, CTRL, STATUS, CAUSE = 0x000, 0x004, 0x008, 0x00C, 0x010
 SEQ_LEN, KV_LEN, KEY_LEN, CYCLES, BUSY_CYCLES = 0x014, 0x018, 0x01C, 0x020, 0x024
 CONFIG0, CONFIG1, CONFIG2, STALL_CYCLES, COMMIT = 0x028, 0x02C, 0x030, 0x034, 0x080
+CONFIG3 = 0x038
+# The positional encoder's registers (configurations that build one).
+PE_OFFSET, PE_GRID_W, PE_MULT, PE_SHIFT = 0x084, 0x088, 0x08C, 0x090
 PARAMS = {0x040 + 4 * i: n for i, n in enumerate(
     ["rq_q_mult", "rq_q_shift", "rq_k_mult", "rq_k_shift", "rq_v_mult", "rq_v_shift",
      "rq_pv_mult", "rq_pv_shift", "rq_o_mult", "rq_o_shift", "exp_mult", "exp_shift"])}
 START, CAUSAL, CROSS, IRQ_EN = 1, 2, 4, 8
+PE_MODE = 0x30           # CTRL[5:4]: 0 off, 1 1-D, 2 2-D
 BUSY, DONE, ERROR, WEIGHTS_VALID, START_READY = 1, 2, 4, 8, 16
 (BAD_SEQ_LEN, BAD_KV_LEN, BAD_KEY_LEN, START_WHILE_BUSY, NO_WEIGHTS, STREAM_SHORT,
  STREAM_LONG, WRITE_WHILE_BUSY, BAD_CROSS, BAD_CAUSAL, BAD_SHIFT,
- ENGINE_FAULT) = (1 << i for i in range(12))
+ ENGINE_FAULT, BAD_POSENC) = (1 << i for i in range(13))
 
 
 class SpecModel:
@@ -35,8 +39,14 @@ class SpecModel:
                 if name.endswith("mult") else 6
             self.mask[off] = (1 << bits) - 1
         self.rw = {off: 0 for off in self.mask}
+        self.layer_regs = set(PARAMS)
+        if cfg.pos_enc:
+            self.mask.update({PE_OFFSET: 0xFFFF, PE_GRID_W: 0xFFFF, PE_MULT: 0xFFFF,
+                              PE_SHIFT: 0x3F})
+            self.layer_regs |= {PE_MULT, PE_SHIFT}
+        self.rw = {off: 0 for off in self.mask}
         self.rw[SEQ_LEN], self.rw[KV_LEN] = cfg.max_seq_len, cfg.max_kv_len
-        self.ctrl = 0            # CAUSAL | CROSS | IRQ_EN
+        self.ctrl = 0            # CAUSAL | CROSS | IRQ_EN | PE_MODE
         self.done = self.causes = self.weights_valid = 0
         self.busy = self.cycles = self.busy_cycles = self.stall_cycles = 0
         self.start_ready = 1     # the engine's input buffer is free
@@ -51,15 +61,19 @@ class SpecModel:
     def ports(self):
         p = {"seq_len": self.rw[SEQ_LEN], "kv_len": self.rw[KV_LEN], "key_len": self.rw[KEY_LEN],
              "causal": int(bool(self.ctrl & CAUSAL)), "cross": int(bool(self.ctrl & CROSS)),
+             "pe_mode": (self.ctrl & PE_MODE) >> 4,
              "weights_valid": self.weights_valid, "irq": self.irq}
         p.update({name: self.rw[off] for off, name in PARAMS.items()})
+        if self.cfg.pos_enc:
+            p.update(pe_offset=self.rw[PE_OFFSET], pe_grid_w=self.rw[PE_GRID_W],
+                     pe_mult=self.rw[PE_MULT], pe_shift=self.rw[PE_SHIFT])
         return p
 
     def read(self, addr):
         a = addr & ~3
         c = self.cfg
         values = {
-            ID: 0x4154544E, VERSION: 0x00010100, CTRL: self.ctrl,
+            ID: 0x4154544E, VERSION: 0x00010200, CTRL: self.ctrl,
             STATUS: self.busy | DONE * self.done | ERROR * bool(self.causes)
             | WEIGHTS_VALID * self.weights_valid | START_READY * self.start_ready,
             CAUSE: self.causes, CYCLES: self.cycles, BUSY_CYCLES: self.busy_cycles,
@@ -67,7 +81,8 @@ class SpecModel:
             CONFIG0: c.d_model | c.heads << 16 | c.engines << 24,
             CONFIG1: c.max_seq_len | c.max_kv_len << 16,
             CONFIG2: c.array_rows | c.array_cols << 8 | c.causal_mask << 16
-            | c.cross_attention << 17,
+            | c.cross_attention << 17 | ("1d" in c.pos_enc) << 18 | ("2d" in c.pos_enc) << 19,
+            CONFIG3: (c.max_position or c.max_seq_len) if c.pos_enc else 0,
             COMMIT: 0, **self.rw}
         return (values[a], OKAY) if a in values else (0, SLVERR)
 
@@ -86,7 +101,7 @@ class SpecModel:
                 self.wwin.append((word, data, strb))
         elif a == CTRL:
             v = (self.ctrl & ~bm) | new
-            self.ctrl = v & (IRQ_EN | CAUSAL | CROSS)     # mode bits are sampled by START
+            self.ctrl = v & (IRQ_EN | CAUSAL | CROSS | PE_MODE)   # mode bits: sampled by START
             if v & START:
                 self._start(v)
         elif a == STATUS:
@@ -97,17 +112,17 @@ class SpecModel:
         elif a == CAUSE:
             self.causes &= ~new
         elif a in self.rw:
-            if self.busy and a in PARAMS:
+            if self.busy and a in self.layer_regs:
                 self.causes |= WRITE_WHILE_BUSY
             else:
                 self.rw[a] = ((self.rw[a] & ~bm) | new) & self.mask[a]
-                if a in PARAMS:
+                if a in self.layer_regs:
                     self.weights_valid = 0
         elif a == COMMIT:
             if new & 1:
                 self.weights_valid = 1
         elif a not in (ID, VERSION, CYCLES, BUSY_CYCLES, STALL_CYCLES, CONFIG0, CONFIG1,
-                       CONFIG2):
+                       CONFIG2, CONFIG3):
             return SLVERR
         return OKAY
 
@@ -135,11 +150,13 @@ class SpecModel:
             bad |= BAD_CAUSAL
         if any(not 1 <= self.rw[off] <= 62 for off, n in PARAMS.items() if n.endswith("shift")):
             bad |= BAD_SHIFT
+        if ctrl & PE_MODE and not c.pos_enc:
+            bad |= BAD_POSENC     # (a built encoder checks its settings after START)
         if bad:
             self.causes |= bad
             self.refused.append(bad)
         else:
-            self.starts.append(ctrl & (CAUSAL | CROSS))
+            self.starts.append(ctrl & (CAUSAL | CROSS | PE_MODE))
 
     def engine_error(self, cause):
         self.causes |= cause

@@ -170,3 +170,29 @@ def test_long_config_round_trips():
     cfg = load_config(REPO / "configs" / "long.toml")
     assert cfg.tiled and (cfg.kv_tile, cfg.q_tile) == (64, 48)
     assert config_from_dict(tomllib.loads(cfg.to_toml())) == cfg.replace(name="long")
+
+
+@pytest.mark.parametrize("changes,message", [
+    (dict(pos_enc="1d"), "pos_enc must be a list of modes (1d, 2d), not '1d'"),
+    (dict(pos_enc=["1d", "3d"]), "pos_enc = ['1d', '3d']: allowed a list of distinct modes"),
+    (dict(pos_enc=["1d", "1d"]), "allowed a list of distinct modes"),
+    (dict(max_position=64), "max_position = 64 needs a pos_enc mode"),
+    (dict(pos_enc=["1d"], max_position=65536), "max_position = 65536 is out of range: "
+                                               "allowed 0..65535"),
+    (dict(pos_enc=["2d"], d_model=12, heads=3, head_dim=4),
+     "d_model = 12 must be a multiple of 8 with pos_enc"),
+])
+def test_pos_enc_limits_are_named(changes, message):
+    base = load_config(REPO / "configs" / "tiny.toml")
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        base.replace(**changes)
+
+
+def test_pos_enc_round_trips_in_canonical_order(tmp_path):
+    cfg = load_config(REPO / "configs" / "tiny.toml").replace(pos_enc=["2d", "1d"],
+                                                            max_position=20)
+    assert cfg.pos_enc == ("1d", "2d") and cfg.positions == 20
+    path = tmp_path / "pe.toml"
+    path.write_text(cfg.to_toml())
+    assert load_config(path) == cfg
+    assert cfg.replace(max_position=0).positions == cfg.max_seq_len

@@ -69,23 +69,24 @@ def test_fields_as_specified():
         "ID": 0x000, "VERSION": 0x004, "CTRL": 0x008, "STATUS": 0x00C, "ERROR_CAUSE": 0x010,
         "SEQ_LEN": 0x014, "KV_LEN": 0x018, "KEY_LEN": 0x01C, "CYCLES": 0x020,
         "BUSY_CYCLES": 0x024, "CONFIG0": 0x028, "CONFIG1": 0x02C, "CONFIG2": 0x030,
-        "STALL_CYCLES": 0x034,
+        "STALL_CYCLES": 0x034, "CONFIG3": 0x038,
         "RQ_Q_MULT": 0x040, "RQ_Q_SHIFT": 0x044, "RQ_K_MULT": 0x048, "RQ_K_SHIFT": 0x04C,
         "RQ_V_MULT": 0x050, "RQ_V_SHIFT": 0x054, "RQ_PV_MULT": 0x058, "RQ_PV_SHIFT": 0x05C,
         "RQ_O_MULT": 0x060, "RQ_O_SHIFT": 0x064, "EXP_MULT": 0x068, "EXP_SHIFT": 0x06C,
         "WEIGHTS_COMMIT": 0x080}
     bits = lambda reg: {f.name: (f.lsb, f.width, f.access.value) for f in rmap[reg].fields}
     assert bits("CTRL") == {"START": (0, 1, "wo"), "CAUSAL": (1, 1, "rw"),
-                            "CROSS": (2, 1, "rw"), "IRQ_EN": (3, 1, "rw")}
+                            "CROSS": (2, 1, "rw"), "IRQ_EN": (3, 1, "rw"),
+                            "PE_MODE": (4, 2, "rw")}
     assert bits("STATUS") == {"BUSY": (0, 1, "ro"), "DONE": (1, 1, "w1c"),
                               "ERROR": (2, 1, "w1c"), "WEIGHTS_VALID": (3, 1, "ro"),
                               "START_READY": (4, 1, "ro")}
     assert [f.name for f in rmap["ERROR_CAUSE"].fields] == [
         "BAD_SEQ_LEN", "BAD_KV_LEN", "BAD_KEY_LEN", "START_WHILE_BUSY", "NO_WEIGHTS",
         "STREAM_SHORT", "STREAM_LONG", "WRITE_WHILE_BUSY", "BAD_CROSS", "BAD_CAUSAL",
-        "BAD_SHIFT", "ENGINE_FAULT"]
-    assert [f.lsb for f in rmap["ERROR_CAUSE"].fields] == list(range(12))
-    assert len(ERROR_CAUSES) == 12
+        "BAD_SHIFT", "ENGINE_FAULT", "BAD_POSENC"]
+    assert [f.lsb for f in rmap["ERROR_CAUSE"].fields] == list(range(13))
+    assert len(ERROR_CAUSES) == 13
     assert bits("ERROR_CAUSE")["BAD_SHIFT"] == (10, 1, "w1c")
     assert bits("ERROR_CAUSE")["ENGINE_FAULT"] == (11, 1, "w1c")
     assert rmap["ERROR_CAUSE"].reset == 0
@@ -94,11 +95,18 @@ def test_fields_as_specified():
     assert bits("CONFIG2")["CROSS_ATTENTION"] == (17, 1, "ro")
     assert bits("RQ_Q_MULT") == {"MULT": (0, 16, "rw")}
     assert bits("RQ_O_SHIFT") == {"SHIFT": (0, 6, "rw")}
-    assert rmap["ID"].reset == 0x4154544E and rmap["VERSION"].reset == 0x00010100
+    assert rmap["ID"].reset == 0x4154544E and rmap["VERSION"].reset == 0x00010200
     assert rmap["SEQ_LEN"].reset == 8 and rmap["KV_LEN"].reset == 8 and rmap["KEY_LEN"].reset == 0
     assert rmap["CONFIG0"].reset == 16 | 2 << 16 | 1 << 24
     assert rmap["CONFIG1"].reset == 8 | 8 << 16
     assert rmap["CONFIG2"].reset == 4 | 4 << 8 | 1 << 16 | 1 << 17
+    assert rmap["CONFIG3"].reset == 0 and "PE_OFFSET" not in rmap
+    pe = build_regmap(cfg_of("tiny").replace(pos_enc=["2d"], max_position=40))
+    assert {r: pe[r].offset for r in ("PE_OFFSET", "PE_GRID_W", "PE_MULT", "PE_SHIFT")} == {
+        "PE_OFFSET": 0x084, "PE_GRID_W": 0x088, "PE_MULT": 0x08C, "PE_SHIFT": 0x090}
+    assert pe["CONFIG2"].reset >> 18 == 0b10 and pe["CONFIG3"].reset == 40
+    assert pe["PE_MULT"].fields[0].guard.value == "layer"
+    assert pe["PE_OFFSET"].fields[0].guard.value == "none"
     wide = build_regmap(cfg_of("tiny").replace(exp_mult_bits=20, requant_mult_bits=24))
     assert wide["EXP_MULT"].fields[0].width == 20 and wide["RQ_V_MULT"].fields[0].width == 24
 
@@ -206,7 +214,7 @@ def test_json_matches_header(name, tmp_path):
     assert value("ATTN_CFG_D_MODEL") == cfg.d_model
     assert value("ATTN_CFG_MAX_SEQ_LEN") == cfg.max_seq_len
     assert [c["name"] for c in data["error_causes"]] == [n for n, _ in ERROR_CAUSES]
-    assert [c["bit"] for c in data["error_causes"]] == list(range(12))
+    assert [c["bit"] for c in data["error_causes"]] == list(range(13))
     assert value("ATTN_ERROR_CAUSE_BAD_SHIFT_MASK") == 1 << 10
     assert value("ATTN_ERROR_CAUSE_ENGINE_FAULT_MASK") == 1 << 11
 

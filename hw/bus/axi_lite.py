@@ -330,7 +330,8 @@ class AxiLiteRegs(wiring.Component):
         start_req = hit["CTRL"] & ones_written(ctrl.field("START"))
         causal_new = written(ctrl, ctrl.field("CAUSAL"))
         cross_new = written(ctrl, ctrl.field("CROSS"))
-        check = self._start_checks(m, causal_new, cross_new)
+        pe_mode_new = written(ctrl, ctrl.field("PE_MODE"))
+        check = self._start_checks(m, causal_new, cross_new, pe_mode_new)
         m.d.comb += [self.start.payload[port].eq(getattr(self, port))
                      for port in rmap.run_settings()]
         m.d.sync += self.start.valid.eq(0)
@@ -430,8 +431,10 @@ class AxiLiteRegs(wiring.Component):
         with m.If(rvalid & bus.rready):
             m.d.sync += [rvalid.eq(0), ar_busy.eq(0)]
 
-    def _start_checks(self, m, causal_new, cross_new):
-        """ERROR_CAUSE bits a START with these settings would raise (0: it may start)."""
+    def _start_checks(self, m, causal_new, cross_new, pe_mode_new):
+        """ERROR_CAUSE bits a START with these settings would raise (0: it may start). The
+        positional encoder's own settings are checked by the engine after START (the 2-D
+        mode's divisibility takes a division); here only a mode without an encoder."""
         cfg, rmap = self._cfg, self._regmap
         seq_len, kv_len, key_len = self.seq_len, self.kv_len, self.key_len
 
@@ -464,6 +467,8 @@ class AxiLiteRegs(wiring.Component):
             check[_CAUSE["BAD_CAUSAL"]].eq(causal_new & (not cfg.causal_mask)),
             check[_CAUSE["BAD_SHIFT"]].eq(settled("bad_shift", Cat(*[
                 (getattr(self, f.port) == 0) | (getattr(self, f.port) > max_shift(cfg, f.port))
-                for _, f in rmap.fields_with_port() if f.port.endswith("_shift")]).any())),
+                for _, f in rmap.fields_with_port()
+                if f.port.endswith("_shift") and f.port != "pe_shift"]).any())),
+            check[_CAUSE["BAD_POSENC"]].eq((pe_mode_new != 0) & (not cfg.pos_enc)),
         ]
         return check

@@ -37,16 +37,16 @@ import enum
 import json
 from dataclasses import dataclass, field
 
-from golden.config import AttentionConfig
+from golden.config import POS_ENC_MODES, AttentionConfig
 
 __all__ = [
     "Access", "Guard", "Field", "Register", "WindowRegion", "RegisterMap", "RegmapError",
     "build_regmap", "regmap_json", "regmap_c_header", "regmap_markdown", "pack_window",
-    "param_values", "max_shift", "ERROR_CAUSES", "ID_VALUE", "VERSION_VALUE", "RESP_OKAY", "RESP_SLVERR",
+    "param_values", "max_shift", "ERROR_CAUSES", "PE_MODE_VALUES", "ID_VALUE", "VERSION_VALUE", "RESP_OKAY", "RESP_SLVERR",
 ]
 
 ID_VALUE = 0x4154544E            # "ATTN" in ASCII, most significant byte first
-VERSION_VALUE = 0x00010100       # 1.1.0: major[31:16], minor[15:8], patch[7:0]
+VERSION_VALUE = 0x00010200       # 1.2.0: major[31:16], minor[15:8], patch[7:0]
 DATA_BITS = 32
 REG_BLOCK_SIZE = 0x100           # registers live in 0x000..0x0FF
 MIN_WINDOW_BASE = 0x10000
@@ -77,7 +77,15 @@ ERROR_CAUSES = (
                   "write the parameters again)"),
     ("ENGINE_FAULT", "a matrix engine rejected a command or the softmax unit flagged invalid "
                      "settings; the run was abandoned (engine)"),
+    ("BAD_POSENC", "START with CTRL.PE_MODE set to a mode the configuration does not build; "
+                   "or (engine, a few cycles after START, before any input word is taken) "
+                   "PE_SHIFT outside 1..62, 1-D with PE_OFFSET + SEQ_LEN past the table, 2-D "
+                   "with PE_GRID_W 0, above the table, or not dividing SEQ_LEN, or grid rows "
+                   "PE_OFFSET + SEQ_LEN / PE_GRID_W past the table"),
 )
+
+#: CTRL.PE_MODE values, in the order of :data:`golden.posenc.PE_MODES`.
+PE_MODE_VALUES = {"off": 0, "1d": 1, "2d": 2}
 
 
 class RegmapError(ValueError):
@@ -214,6 +222,9 @@ class RegisterMap:
             raise KeyError(f"no register {name!r}; registers: "
                            f"{', '.join(self._by_name)}") from None
 
+    def __contains__(self, name: str) -> bool:
+        return name in self._by_name
+
     def __iter__(self):
         return iter(self.registers)
 
@@ -313,6 +324,30 @@ def _requant_registers(cfg: AttentionConfig) -> list[Register]:
     return regs
 
 
+def _pos_enc_registers(cfg: AttentionConfig) -> list[Register]:
+    """The positional encoder's run settings and layer parameters (configurations that
+    build one)."""
+    if not cfg.pos_enc:
+        return []
+    P = cfg.positions
+    return [
+        Register("PE_OFFSET", 0x084, "Position of the first input row (1-D), or its grid row "
+                 "(2-D, counting whole grid rows), so a long input is sent in pieces.", (
+                     Field("OFFSET", 0, LENGTH_BITS, Access.RW, f"first position, 1-D: "
+                           f"PE_OFFSET + SEQ_LEN <= {P}", port="pe_offset"),)),
+        Register("PE_GRID_W", 0x088, "Grid width W of the 2-D encoding: row i is grid row "
+                 "PE_OFFSET + i / W, column i % W (row-major); W must divide SEQ_LEN.", (
+                     Field("W", 0, LENGTH_BITS, Access.RW, f"grid columns, 1..{P}",
+                           port="pe_grid_w"),)),
+        Register("PE_MULT", 0x08C, "Multiplier of the encoding codes to X's scale.", (
+            Field("MULT", 0, 16, Access.RW, "code * PE_MULT >> PE_SHIFT (rounded) is added "
+                  "to each int8 input", port="pe_mult", guard=Guard.LAYER),)),
+        Register("PE_SHIFT", 0x090, "Right shift of the encoding product (1..62).", (
+            Field("SHIFT", 0, SHIFT_BITS, Access.RW, "right shift, 1..62 when PE_MODE is "
+                  "not 0", port="pe_shift", guard=Guard.LAYER),)),
+    ]
+
+
 def _window_regions(cfg: AttentionConfig) -> list[WindowRegion]:
     if cfg.weight_bits > 16:
         raise RegmapError(f"weight_bits = {cfg.weight_bits} cannot be packed into the window: "
@@ -355,6 +390,9 @@ def build_regmap(cfg: AttentionConfig) -> RegisterMap:
             F("CROSS", 2, 1, Access.RW, "cross-attention: K/V from the second input sequence",
               port="cross"),
             F("IRQ_EN", 3, 1, Access.RW, "irq = IRQ_EN & (DONE | ERROR)"),
+            F("PE_MODE", 4, 2, Access.RW, "positional encoding added to X: 0 off, 1 "
+              "sinusoidal 1-D, 2 2-D grid (a mode the configuration does not build: "
+              "BAD_POSENC)", port="pe_mode"),
         )),
         R("STATUS", 0x00C, "Status.", (
             F("BUSY", 0, 1, Access.RO, "a run is in progress", port="busy"),
@@ -408,10 +446,19 @@ def build_regmap(cfg: AttentionConfig) -> RegisterMap:
               reset=int(cfg.causal_mask), const=True),
             F("CROSS_ATTENTION", 17, 1, Access.RO, "cross-attention supported",
               reset=int(cfg.cross_attention), const=True),
+            F("POS_ENC_1D", 18, 1, Access.RO, "1-D positional encoding built",
+              reset=int("1d" in cfg.pos_enc), const=True),
+            F("POS_ENC_2D", 19, 1, Access.RO, "2-D positional encoding built",
+              reset=int("2d" in cfg.pos_enc), const=True),
+        )),
+        R("CONFIG3", 0x038, "Generated configuration.", (
+            F("MAX_POSITION", 0, 16, Access.RO, "positions in the encoding table (0: no "
+              "encoder)", reset=cfg.positions if cfg.pos_enc else 0, const=True),
         )),
         *_requant_registers(cfg),
         R("WEIGHTS_COMMIT", 0x080, "Write 1 when all weights and parameters are loaded.",
           (F("COMMIT", 0, 1, Access.WO, "sets STATUS.WEIGHTS_VALID"),)),
+        *_pos_enc_registers(cfg),
     ]
     offsets = sorted(r.offset for r in regs)
     if len(set(offsets)) != len(offsets):
@@ -472,6 +519,10 @@ def param_values(rmap: RegisterMap, layer) -> dict[str, int]:
         out[f"RQ_{stage.upper()}_SHIFT"] = int(rq.shift)
     out["EXP_MULT"] = int(layer.exp_mult)
     out["EXP_SHIFT"] = int(layer.exp_shift)
+    if "PE_MULT" in rmap:
+        # 0 for a layer quantized without an encoding: runs with PE_MODE 0 only.
+        out["PE_MULT"] = int(getattr(layer, "pe_mult", 0))
+        out["PE_SHIFT"] = int(getattr(layer, "pe_shift", 0))
     for name, value in out.items():
         f = rmap[name].fields[0]
         if not 0 <= value < 1 << f.width:
@@ -531,6 +582,9 @@ def regmap_c_header(cfg: AttentionConfig, prefix: str = "ATTN") -> str:
         if not isinstance(values, dict):
             continue
         for k, v in values.items():
+            if isinstance(v, (list, tuple)):
+                # pos_enc: a bit per mode, in POS_ENC_MODES order (1d = bit 0, 2d = bit 1)
+                v = sum(1 << i for i, mode in enumerate(POS_ENC_MODES) if mode in v)
             v = int(v)
             lines.append(f"#define {prefix}_CFG_{_c_ident(k)} {v}{'u' if v < 1 << 32 else 'ull'}")
     lines += ["", f"#endif /* {guard} */", ""]
@@ -615,5 +669,19 @@ def regmap_markdown(cfg: AttentionConfig) -> str:
         "- The engine sets `STREAM_SHORT` / `STREAM_LONG` (and `DONE`); an engine event in the "
         "same cycle as a software clear wins, so no event is lost.",
         "- `irq = CTRL.IRQ_EN & (STATUS.DONE | STATUS.ERROR)`, a level.", "",
+        "## Positional encoding", "",
+        "A configuration with `[posenc] pos_enc` (for example `pos_enc = [\"1d\", \"2d\"]`) "
+        "builds an encoder that adds the sinusoidal encoding to X as it streams in, before "
+        "the projections (a cross run's second sequence gets none). It adds four registers "
+        "(`python -m hw regmap --config C` lists them): `PE_OFFSET` (0x084, the first "
+        "position; 2-D: the first grid row), `PE_GRID_W` (0x088, the 2-D grid width), "
+        "`PE_MULT` and `PE_SHIFT` (0x08C, 0x090: layer parameters, written with the `RQ_*` "
+        "registers and guarded like them). `CTRL.PE_MODE` chooses the encoding per run; "
+        "`CONFIG2.POS_ENC_1D`/`POS_ENC_2D` and `CONFIG3.MAX_POSITION` say what is built. A "
+        "mode that is not built is refused at START with `BAD_POSENC`; the built encoder "
+        "checks its settings (the table's range, `PE_SHIFT`, and in 2-D that `PE_GRID_W` "
+        "divides `SEQ_LEN`) in the cycles after START, before it takes an input word, and "
+        "raises `BAD_POSENC` with `STATUS.ERROR` instead of loading: the engine stays "
+        "ready for the next START.", "",
     ]
     return "\n".join(out)

@@ -39,7 +39,7 @@ CFG = load_config(os.environ.get("AXIL_CONFIG", str(REPO_ROOT / "configs" / "tin
 SEED = int(os.environ.get("AXIL_SEED", "1"))
 DELAY = float(os.environ.get("AXIL_DELAY", "0"))
 RMAP = build_regmap(CFG)
-N_CAUSES = 12
+N_CAUSES = 13
 SHIFTS = [off for off, name in PARAMS.items() if name.endswith("shift")]   # valid: 1..62
 
 
@@ -116,7 +116,7 @@ async def registers_against_spec(dut):
     rng = random.Random(SEED)
     base, words = RMAP.window_base, RMAP.window_words
     regs = [r.offset for r in RMAP]
-    odd = [0x038, 0x07C, 0x084, 0x0FC, 0x400, base - 4, base + 4 * words, 2 * base - 4]
+    odd = [0x03C, 0x07C, 0x094, 0x0FC, 0x400, base - 4, base + 4 * words, 2 * base - 4]
 
     def address():
         k = rng.random()
