@@ -15,12 +15,12 @@ from sim.host import pack_rows, unpack_words
 
 
 def run(d, max_pos, mode, seq, offset=0, grid=0, tail=0, *, modes=("1d", "2d"), mult=20000,
-        shift=14, idle=0.0, bp=0.0, seed=0):
+        shift=14, idle=0.0, bp=0.0, seed=0, max_len=None):
     """x rows (seq + tail) through the encoder; returns (rows out, error flag, expected)."""
     rng = np.random.default_rng(seed)
     x = rng.integers(-128, 128, (seq + tail, d))
     x[0, :4] = [127, -128, 127, -128]                   # saturation both ways
-    dut = PositionalEncoder(d, max_pos, modes)
+    dut = PositionalEncoder(d, max_pos, modes, max_len=max_len)
     words = pack_rows(x)
     beats = [{"data": int(w), "last": int(i == len(words) - 1)} for i, w in enumerate(words)]
     prod = StreamProducer(dut.i_stream, beats, idle=idle, seed=seed)
@@ -78,18 +78,32 @@ def test_default_width_and_scale():
     assert not bad and (out != want).sum() == 0 and (want != 0).any()
 
 
-@pytest.mark.parametrize("mode,offset,grid,seq,modes", [
-    ("2d", 0, 0, 8, ("1d", "2d")),        # grid width 0
-    ("2d", 0, 3, 8, ("1d", "2d")),        # 3 does not divide 8
-    ("2d", 31, 2, 8, ("1d", "2d")),       # grid rows 31..34 past the 32 positions
-    ("1d", 30, 0, 8, ("1d", "2d")),       # positions 30..37 past the table
-    ("2d", 0, 4, 8, ("1d",)),             # 2-D not built
-    ("1d", 0, 0, 8, ("2d",)),             # 1-D not built
+@pytest.mark.parametrize("mode,offset,grid,seq,modes,shift", [
+    ("2d", 0, 0, 8, ("1d", "2d"), 14),        # grid width 0
+    ("1d", 0, 0, 8, ("1d", "2d"), 0),         # shift 0
+    ("2d", 0, 4, 8, ("1d", "2d"), 63),        # shift 63
+    ("1d", 65536 - 4, 0, 8, ("1d", "2d"), 14),   # an offset past the table in its high bits
+    ("2d", 0, 32 + 4, 8, ("1d", "2d"), 14),   # a grid wider than the table
+    ("2d", 0, 3, 8, ("1d", "2d"), 14),        # 3 does not divide 8
+    ("2d", 31, 2, 8, ("1d", "2d"), 14),       # grid rows 31..34 past the 32 positions
+    ("1d", 30, 0, 8, ("1d", "2d"), 14),       # positions 30..37 past the table
+    ("2d", 0, 4, 8, ("1d",), 14),             # 2-D not built
+    ("1d", 0, 0, 8, ("2d",), 14),             # 1-D not built
 ])
-def test_invalid_settings_raise_error_and_pass_words(mode, offset, grid, seq, modes):
-    out, bad, want = run(16, 32, mode, seq, offset, grid, modes=modes)
+def test_invalid_settings_raise_error_and_pass_words(mode, offset, grid, seq, modes, shift):
+    out, bad, want = run(16, 32, mode, seq, offset, grid, modes=modes, shift=shift)
     assert bad
     np.testing.assert_array_equal(out, want)
+
+
+def test_sequences_longer_than_the_table():
+    """A 2-D grid of 6 x 6 on a 6-position table: 36 rows, more than the positions (the row
+    counter and the division are as wide as max_len)."""
+    out, bad, want = run(16, 6, "2d", 36, 0, 6, max_len=40)
+    assert not bad
+    np.testing.assert_array_equal(out, want)
+    out, bad, _ = run(16, 6, "2d", 36, 1, 6, max_len=40)    # grid rows 1..6: one too many
+    assert bad
 
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")

@@ -46,20 +46,21 @@ class PositionalEncoder(wiring.Component):
     channel encoding's pair ``j`` is the ``d`` channel encoding's pair ``2j``.
 
     Invalid settings raise ``error`` and the words pass unchanged: a mode not built
-    (``modes``), 2-D with ``grid_width`` 0 or not dividing ``seq_len``, or positions past the
-    table (1-D: ``offset + seq_len > max_position``; 2-D: ``offset + seq_len / W`` or ``W``
-    above it). In 2-D mode the check is a restoring division of ``seq_len`` by ``W`` after
-    ``restart`` (``pb + 1`` steps, ``pb`` the width of a position; the first word is taken
-    ``pb + 2`` cycles after ``restart``); ``error`` is valid from then on, in the other
-    modes at once.
+    (``modes``), ``pe_shift`` outside 1..62 in an encoding mode, 2-D with ``grid_width`` 0 or
+    not dividing ``seq_len``, or positions past the table (1-D: ``offset + seq_len >
+    max_position``; 2-D: ``offset + seq_len / W`` or ``W`` above it). In 2-D mode the check
+    is a restoring division of ``seq_len`` by ``W`` after ``restart`` (``lb`` steps, ``lb``
+    the width of ``seq_len``; the first word is taken ``lb + 1`` cycles after ``restart``);
+    ``error`` is valid from then on, in the other modes from the cycle after ``restart``
+    (``i_stream.ready`` with an always-ready ``o_stream`` says when).
 
     Ports: ``i_stream``/``o_stream`` words (:data:`PE_WORD`); ``restart`` (a strobe before a
     sequence's first word: the row and channel counters restart); the settings ``mode``,
-    ``offset``, ``grid_width``, ``seq_len``, ``pe_mult`` (16 bits), ``pe_shift`` (1..62),
-    static from ``restart`` to the sequence's last word. Latency: 6 cycles from a word's
-    handshake to its output word's ``valid``; throughput one word per cycle; backpressure
-    stalls the whole pipeline (``i_stream.ready`` is low while ``o_stream`` holds a word it
-    cannot hand on).
+    ``offset``, ``grid_width`` (16 bits, the register fields: every value is checked),
+    ``seq_len`` (up to ``max_len``), ``pe_mult`` (16 bits), ``pe_shift`` (1..62), static from
+    ``restart`` to the sequence's last word. Latency: 6 cycles from a word's handshake to its
+    output word's ``valid``; throughput one word per cycle; backpressure stalls the whole
+    pipeline (``i_stream.ready`` is low while ``o_stream`` holds a word it cannot hand on).
 
     Parameters
     ----------
@@ -71,11 +72,15 @@ class PositionalEncoder(wiring.Component):
         Which of ``"1d"``, ``"2d"`` are built.
     act_bits : int
         8 (four elements per word).
+    max_len : int or None
+        Largest ``seq_len`` (default ``max_position``): the row counter's and the 2-D
+        division's width.
     """
 
     LATENCY = 6
 
-    def __init__(self, d: int, max_position: int, modes=("1d", "2d"), act_bits: int = 8):
+    def __init__(self, d: int, max_position: int, modes=("1d", "2d"), act_bits: int = 8,
+                 max_len: int | None = None):
         if not isinstance(d, int) or d < 8 or d % 8:
             raise ValueError(f"d = {d!r} must be a multiple of 8 (>= 8)")
         if not isinstance(max_position, int) or not 1 <= max_position <= 65536:
@@ -86,13 +91,16 @@ class PositionalEncoder(wiring.Component):
             raise ValueError(f"modes = {modes!r}: allowed a non-empty subset of '1d', '2d'")
         if act_bits != 8:
             raise ValueError(f"act_bits = {act_bits!r}: the encoder packs four int8 per word")
+        max_len = max_position if max_len is None else max_len
+        if not isinstance(max_len, int) or not 1 <= max_len <= 65535:
+            raise ValueError(f"max_len = {max_len!r} is out of range: allowed 1..65535")
         self.d, self.max_position, self.modes = d, max_position, tuple(modes)
-        pb = max(1, max_position.bit_length())
+        self.max_len = max_len
         super().__init__({
             "i_stream": In(PE_WORD), "o_stream": Out(PE_WORD),
             "restart": In(1),
-            "mode": In(PeMode), "offset": In(unsigned(pb)), "grid_width": In(unsigned(pb)),
-            "seq_len": In(unsigned(pb)),
+            "mode": In(PeMode), "offset": In(unsigned(16)), "grid_width": In(unsigned(16)),
+            "seq_len": In(unsigned(max_len.bit_length())),
             "pe_mult": In(unsigned(16)), "pe_shift": In(unsigned(6)),
             "error": Out(1),
         })
@@ -121,46 +129,47 @@ class PositionalEncoder(wiring.Component):
 
     def _check(self, m):
         """The settings check into ``error``. 2-D needs seq_len / W and seq_len % W: a
-        restoring division of pb + 1 steps after ``restart``. Returns ``checking`` (high
-        while it runs; ``i_stream`` waits, so 2-D sequences start pb + 2 cycles later)."""
-        pb = len(self.offset)
+        restoring division of ``lb`` steps after ``restart``. Returns ``checking`` (high
+        while it runs; ``i_stream`` waits, so 2-D sequences start ``lb + 1`` cycles later)."""
+        lb = len(self.seq_len)
+        P = self.max_position
         two_d = self.mode == PeMode.TWO_D
         W = self.grid_width
         built_bad = (self.mode.as_value() == 3)
         for name, mode in (("1d", PeMode.ONE_D), ("2d", PeMode.TWO_D)):
             if name not in self.modes:
                 built_bad = built_bad | (self.mode == mode)
-        one_bad = (self.mode == PeMode.ONE_D) & (self.offset + self.seq_len > self.max_position)
+        shift_bad = (self.mode != PeMode.OFF) & ((self.pe_shift == 0) | (self.pe_shift > 62))
+        one_bad = (self.mode == PeMode.ONE_D) & (self.offset + self.seq_len > P)
         checking = Signal()
-        step = Signal(range(pb + 2))
-        rem = Signal(pb + 1)
-        quo = Signal(pb + 1)
+        step = Signal(range(lb))
+        rem = Signal(lb + 1)              # < W and <= seq_len
+        quo = Signal(lb)
         with m.If(self.restart):
-            m.d.sync += [checking.eq(two_d), step.eq(pb), rem.eq(0), quo.eq(0)]
+            m.d.sync += [checking.eq(two_d), step.eq(lb - 1), rem.eq(0), quo.eq(0)]
         with m.Elif(checking):
-            nxt = Cat(self.seq_len.bit_select(step, 1), rem[:pb])
+            nxt = Cat(self.seq_len.bit_select(step, 1), rem[:lb])
             with m.If(nxt >= W):
-                m.d.sync += [rem.eq(nxt - W), quo.eq(Cat(1, quo[:pb]))]
+                m.d.sync += [rem.eq(nxt - W), quo.eq(Cat(1, quo[:-1]))]
             with m.Else():
-                m.d.sync += [rem.eq(nxt), quo.eq(Cat(0, quo[:pb]))]
+                m.d.sync += [rem.eq(nxt), quo.eq(Cat(0, quo[:-1]))]
             m.d.sync += step.eq(step - 1)
             with m.If(step == 0):
                 m.d.sync += checking.eq(0)
-        two_bad = two_d & ((W == 0) | (W > self.max_position) | (rem != 0)
-                           | (self.offset + quo > self.max_position))
-        m.d.comb += self.error.eq(built_bad | one_bad | two_bad)
+        two_bad = two_d & ((W == 0) | (W > P) | (rem != 0) | (self.offset + quo > P))
+        m.d.comb += self.error.eq(built_bad | shift_bad | one_bad | two_bad)
         return checking
 
     def _address(self, m, rd, advance, take):
         """The position counters of the word being taken and the ROM address of its codes:
         1-D (offset + row, word // 2); 2-D (grid row or column, channel group). Returns
         (whether the word is encoded, which half of the ROM word 1-D uses)."""
-        d4, pb = self.d // 4, len(self.offset)
+        d4, pb = self.d // 4, max(1, self.max_position.bit_length())
         W = self.grid_width
         word = Signal(range(d4))          # word within the row: channels 4 word .. + 3
-        row = Signal(pb + 1)              # rows of this sequence so far
-        col = Signal(pb)                  # 2-D: column within the grid row
-        grow = Signal(pb + 1)             # 2-D: grid row
+        row = Signal(range(self.max_len + 1))   # rows of this sequence so far
+        col = Signal(pb)                  # 2-D: column within the grid row (< W <= P)
+        grow = Signal(pb + 1)             # 2-D: grid row (<= P once the checks pass)
         with m.If(self.restart):
             m.d.sync += [word.eq(0), row.eq(0), col.eq(0), grow.eq(self.offset)]
         with m.Elif(take):
