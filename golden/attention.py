@@ -204,8 +204,10 @@ def attention_int(cfg: AttentionConfig, layer: QuantizedLayer, x, kv=None, *,
     ``kv_tile`` selects the key/value-tiled path with that many keys per tile
     (:mod:`golden.online_softmax`; its trace has no probabilities), 0 the whole-row path;
     ``None`` (the default) is the path the configuration builds (``cfg.kv_tile``). ``pos_enc`` ("off", "1d", "2d" with
-    ``grid_width``) adds the positional encoding of positions ``pe_offset ..`` to ``x`` (after
-    its input, before the projections; a cross-attention ``kv`` gets none). The layer's
+    ``grid_width``) adds the positional encoding to ``x`` (after its input, before the
+    projections; a cross-attention ``kv`` gets none); ``pe_offset`` is the PE_OFFSET register:
+    the position of row 0 (1-D), or its grid row (2-D: row ``i`` is at position
+    ``pe_offset * grid_width + i``, so an image is sent in pieces of whole grid rows). The layer's
     ``scoring`` chooses dot-product or additive scores.
     Returns the int8 output (seq_len, d_model), or an :class:`AttentionTrace` with ``trace``.
     """
@@ -216,7 +218,11 @@ def attention_int(cfg: AttentionConfig, layer: QuantizedLayer, x, kv=None, *,
         if not layer.pe_mult:
             raise ValueError("positional encoding requested but the layer was quantized without "
                              "one (pe_mult = 0)")
-        codes = encoding_int(x.shape[0], cfg.d_model, pos_enc, pe_offset, grid_width)
+        if pos_enc == "2d" and (not grid_width or x.shape[0] % grid_width):
+            raise ValueError(f"grid_width = {grid_width!r} must divide seq_len = {x.shape[0]} "
+                             f"(the 2-D encoding takes whole grid rows)")
+        first = pe_offset * grid_width if pos_enc == "2d" else pe_offset
+        codes = encoding_int(x.shape[0], cfg.d_model, pos_enc, first, grid_width)
         x = add_encoding(x, codes, layer.pe_mult, layer.pe_shift, A)
         kv = x if self_attention else kv
     q = requantize(matmul_acc(x, layer.wq.T, layer.bq, acc), layer.rq_q, A)

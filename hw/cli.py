@@ -511,6 +511,8 @@ def cmd_run(args) -> int:
     _need("--backpressure", args.backpressure, 0, 0.99)
     _need("--percentile", args.percentile, 50, 100)
     _need("--layer-index", args.layer_index, 0)
+    _need("--pe-offset", args.pe_offset, 0, 65535)
+    _need("--grid-width", args.grid_width, 1, 65535)
     cfg = _config(args)
     out = Path(args.out)
     if out.suffix != ".npz":
@@ -525,7 +527,8 @@ def cmd_run(args) -> int:
                         backpressure=args.backpressure,
                         calib_path=Path(args.calib) if args.calib else None,
                         layer_index=args.layer_index, percentile=args.percentile,
-                        layer_prefix=args.layer_prefix)
+                        layer_prefix=args.layer_prefix, pos_enc=args.pos_enc,
+                        pe_offset=args.pe_offset, grid_width=args.grid_width)
     except LayerFileError as e:
         raise UsageError(str(e)) from None
     except (RunError, HarnessError) as e:
@@ -655,6 +658,14 @@ def _args_run(p) -> None:
     p.add_argument("--input", required=True, help=".npz with x (L x d_model), optionally kv "
                    "(cross-attention) and key_padding_mask (True = padding)")
     p.add_argument("--causal", action="store_true", help="causal mask")
+    p.add_argument("--pos-enc", default="off", choices=("off", "1d", "2d"),
+                   help="positional encoding added to x on chip (CTRL.PE_MODE; a "
+                   "configuration with [posenc] pos_enc); the calibration and the float "
+                   "reference add it too")
+    p.add_argument("--pe-offset", type=int, default=0,
+                   help="PE_OFFSET: the first row's position (2-D: its grid row)")
+    p.add_argument("--grid-width", type=int, default=None,
+                   help="PE_GRID_W: the 2-D grid's width (must divide the rows)")
     p.add_argument("--sim", default="verilator", choices=("verilator", "icarus", "golden"))
     p.add_argument("--seed", type=int, default=0, help="seed of the stall pattern")
     p.add_argument("--idle", type=float, default=0.0,
@@ -676,8 +687,8 @@ def _args_synth_blocks(p) -> None:
                             "posenc", "all"),
                    help="all: matmul and softmax; tile-softmax, tile-accumulator: the "
                    "key/value-tiled path's softmax unit and output accumulator; tanh: the "
-                   "additive scoring's tanh unit; posenc: the positional-encoding adder "
-                   "(these four not yet in the top)")
+                   "additive scoring's tanh unit (not yet in the top); posenc: the "
+                   "positional-encoding adder")
     p.add_argument("--lanes", type=int, default=1, help="tanh: lanes (1)")
     p.add_argument("--kv-tile", type=int, default=64,
                    help="tile-*: keys per tile (64)")

@@ -34,6 +34,7 @@ from hw.bus.regmap import ERROR_CAUSES, RESP_OKAY, build_regmap, pack_window, pa
 
 from sim.axi_monitor import AxiMonitor
 from sim.bus import AxiLiteMaster, AxiStreamWords, pack_rows, unpack_words
+from sim.host import ctrl_word
 
 __all__ = ["AttentionDriver", "RunResult", "cause_names"]
 
@@ -136,12 +137,28 @@ class AttentionDriver:
         await self.write("ERROR_CAUSE", (1 << len(ERROR_CAUSES)) - 1)
         await self.write("STATUS", self.bit("STATUS", "DONE") | self.bit("STATUS", "ERROR"))
 
+    async def program(self, seq_len: int, kv_len: int, *, cross: bool, causal: bool = False,
+                      key_len: int | None = None, pos_enc: str = "off", pe_offset: int = 0,
+                      grid_width: int | None = None, irq: bool = False):
+        """Write one run's lengths and encoding registers, then CTRL with START and its mode
+        bits."""
+        await self.write("SEQ_LEN", seq_len)
+        await self.write("KV_LEN", kv_len)
+        await self.write("KEY_LEN", key_len or 0)
+        if "PE_OFFSET" in self.rmap:
+            await self.write("PE_OFFSET", pe_offset)
+            await self.write("PE_GRID_W", grid_width or 0)
+        await self.write("CTRL", ctrl_word(self.rmap, causal=causal, cross=cross,
+                                           pos_enc=pos_enc, irq=irq))
+
     async def run(self, x, kv=None, *, causal: bool = False, key_len: int | None = None,
+                  pos_enc: str = "off", pe_offset: int = 0, grid_width: int | None = None,
                   words: list[int] | None = None, seq_len: int | None = None,
                   kv_len: int | None = None, timeout: int = 5_000_000) -> RunResult:
         """One sequence. ``words`` (one packet, TLAST on its last word), ``seq_len`` and
         ``kv_len`` override what is sent and programmed (for error tests); by default they
-        follow ``x`` and ``kv`` (cross-attention: two packets)."""
+        follow ``x`` and ``kv`` (cross-attention: two packets). ``pos_enc``, ``pe_offset``,
+        ``grid_width``: the positional encoding (:class:`sim.host.Sequence`)."""
         x = np.asarray(x)
         seq_len = len(x) if seq_len is None else seq_len
         cross = kv is not None
@@ -152,13 +169,9 @@ class AttentionDriver:
         n_words = sum(len(p) for p in packets)
         self.sink.clear()
         await self.clear_status()
-        await self.write("SEQ_LEN", seq_len)
-        await self.write("KV_LEN", kv_len)
-        await self.write("KEY_LEN", key_len or 0)
-        ctrl = (self.bit("CTRL", "START") | self.bit("CTRL", "IRQ_EN")
-                | (self.bit("CTRL", "CAUSAL") if causal else 0)
-                | (self.bit("CTRL", "CROSS") if cross else 0))
-        await self.write("CTRL", ctrl)
+        await self.program(seq_len, kv_len, cross=cross, causal=causal, key_len=key_len,
+                           pos_enc=pos_enc, pe_offset=pe_offset, grid_width=grid_width,
+                           irq=True)
         status = await self.read("STATUS")
         if status & self.bit("STATUS", "ERROR"):
             return RunResult(None, 0, 0, status, await self.read("ERROR_CAUSE"))
@@ -202,7 +215,8 @@ class AttentionDriver:
     async def run_overlapped(self, runs, *, timeout: int = 5_000_000) -> list[RunResult]:
         """Sequences back to back through the double buffers.
 
-        ``runs``: dicts with ``x`` and optionally ``kv``, ``causal``, ``key_len``. Sequence
+        ``runs``: dicts with ``x`` and optionally ``kv``, ``causal``, ``key_len``,
+        ``pos_enc``, ``pe_offset``, ``grid_width``. Sequence
         n + 1 is programmed and started as soon as STATUS.START_READY is 1, and its input sent,
         while sequence n computes and streams out. Returns one RunResult per sequence, in
         order, with its counters (read right after its output's last word) and the cycle of
@@ -233,12 +247,11 @@ class AttentionDriver:
             else:
                 raise AssertionError(f"sequence {i}: START_READY never came")
             self.monitor.expect_packet(len(x) * self.out_words)
-            await self.write("SEQ_LEN", len(x))
-            await self.write("KV_LEN", len(kv) if kv is not None else 0)
-            await self.write("KEY_LEN", run.get("key_len") or 0)
-            await self.write("CTRL", self.bit("CTRL", "START")
-                             | (self.bit("CTRL", "CAUSAL") if run.get("causal") else 0)
-                             | (self.bit("CTRL", "CROSS") if kv is not None else 0))
+            await self.program(len(x), len(kv) if kv is not None else 0, cross=kv is not None,
+                               causal=bool(run.get("causal")), key_len=run.get("key_len"),
+                               pos_enc=run.get("pos_enc", "off"),
+                               pe_offset=run.get("pe_offset", 0),
+                               grid_width=run.get("grid_width"))
             cause = await self.read("ERROR_CAUSE")
             assert cause == 0, f"sequence {i}: START refused: {cause_names(cause)}"
             if kv is not None:

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 import golden as g
+from golden.posenc import encoding_float
 
 __all__ = ["LayerFileError", "RunReport", "load_float_layer", "load_input", "run_float"]
 
@@ -177,6 +178,24 @@ def load_calibration(cfg: g.AttentionConfig, path: Path, cross: bool):
     return out[0], (out[1] if cross else None)
 
 
+def _check_encoding(cfg, rows: int, pos_enc: str, pe_offset: int, grid_width) -> None:
+    """The encoder's own checks (BAD_POSENC in hardware), as named errors before a run."""
+    P = cfg.positions if cfg.pos_enc else 0
+    if pos_enc == "1d" and pe_offset + rows > P:
+        raise LayerFileError(f"--pe-offset {pe_offset}: positions {pe_offset}..."
+                             f"{pe_offset + rows - 1} of {rows} rows pass the table's {P} "
+                             f"(max_position)")
+    if pos_enc == "2d":
+        if rows % grid_width:
+            raise LayerFileError(f"--grid-width {grid_width} does not divide the input's "
+                                 f"{rows} rows (the 2-D encoding takes whole grid rows)")
+        if grid_width > P or pe_offset + rows // grid_width > P:
+            raise LayerFileError(f"--grid-width {grid_width}, --pe-offset {pe_offset}: grid "
+                                 f"rows {pe_offset}..{pe_offset + rows // grid_width - 1} or "
+                                 f"columns 0..{grid_width - 1} pass the table's {P} "
+                                 f"positions (max_position)")
+
+
 @dataclass
 class RunReport:
     y: np.ndarray
@@ -192,13 +211,27 @@ def run_float(cfg: g.AttentionConfig, layer_path: Path, input_path: Path, *,
               causal: bool = False, sim: str = "verilator", seed: int = 0,
               idle: float = 0.0, backpressure: float = 0.0,
               calib_path: Path | None = None, layer_index: int | None = None,
-              percentile: float | None = None, layer_prefix: str | None = None) -> RunReport:
+              percentile: float | None = None, layer_prefix: str | None = None,
+              pos_enc: str = "off", pe_offset: int = 0,
+              grid_width: int | None = None) -> RunReport:
+    """Quantize the float layer of ``layer_path`` (on ``calib_path``, else on the input), run
+    the input of ``input_path`` on ``sim`` and compare with the float64 reference.
+    ``pos_enc`` (``"off"``, ``"1d"``, ``"2d"``) has the hardware add the positional encoding
+    (``pe_offset``: PE_OFFSET, ``grid_width``: PE_GRID_W); the calibration and the reference
+    then add it too (the calibration from position 0)."""
     from sim.host import Sequence, run_layer
 
     if causal and not cfg.causal_mask:
         raise LayerFileError("--causal given but the configuration has causal_mask = false")
+    if pos_enc != "off" and pos_enc not in cfg.pos_enc:
+        raise LayerFileError(f"--pos-enc {pos_enc}: the configuration builds "
+                             f"{', '.join(cfg.pos_enc) or 'no positional encoder'} "
+                             f"([posenc] pos_enc)")
+    if pos_enc == "2d" and not grid_width:
+        raise LayerFileError("--pos-enc 2d needs --grid-width (the grid's width in rows)")
     fl = load_float_layer(cfg, layer_path, layer_index, layer_prefix)
     inp = load_input(cfg, input_path)
+    _check_encoding(cfg, len(inp.x), pos_enc, pe_offset, grid_width)
     cross = inp.kv is not None
     if calib_path is not None:
         cx, ckv = load_calibration(cfg, calib_path, cross)
@@ -207,17 +240,25 @@ def run_float(cfg: g.AttentionConfig, layer_path: Path, input_path: Path, *,
         cx, ckv, lens = inp.x, inp.kv, inp.key_len
     est = {} if percentile is None else {"estimator": "percentile", "percentile": percentile}
     try:
-        layer = g.quantize_layer(cfg, fl, cx, ckv, causal=causal, key_len=lens, **est)
+        layer = g.quantize_layer(cfg, fl, cx, ckv, causal=causal, key_len=lens,
+                                 pos_enc=None if pos_enc == "off" else (pos_enc, grid_width),
+                                 **est)
     except ValueError as e:     # e.g. a scale the requantizer cannot express
         raise LayerFileError(f"cannot quantize the layer on this calibration data: {e}") \
             from None
     s = layer.scales
     xq = g.quantize_tensor(inp.x, s["x"], cfg.act_bits)
     kvq = g.quantize_tensor(inp.kv, s["kv"], cfg.act_bits) if cross else None
-    res = run_layer(cfg, layer, [Sequence(xq, kvq, causal, inp.key_len)], sim=sim,
-                    seed=seed, idle=idle, backpressure=backpressure)[0]
+    seq = Sequence(xq, kvq, causal, inp.key_len, pos_enc, pe_offset, grid_width)
+    res = run_layer(cfg, layer, [seq], sim=sim, seed=seed, idle=idle,
+                    backpressure=backpressure)[0]
     y = g.dequantize(res.out, s["out"])
-    y_ref = g.attention_float(cfg, fl, inp.x, inp.kv, causal=causal, key_len=inp.key_len)
+    pe = None
+    if pos_enc != "off":
+        first = pe_offset * grid_width if pos_enc == "2d" else pe_offset
+        pe = encoding_float(len(inp.x), cfg.d_model, pos_enc, first, grid_width)
+    y_ref = g.attention_float(cfg, fl, inp.x, inp.kv, causal=causal, key_len=inp.key_len,
+                              pos_enc=pe)
     num = (y * y_ref).sum(axis=1)
     den = np.linalg.norm(y, axis=1) * np.linalg.norm(y_ref, axis=1)
     # Both rows zero: equal (1); one of them zero: nothing in common (0).

@@ -16,7 +16,7 @@
 - ``"icarus"``: the same Verilog in Icarus through cocotb (:mod:`sim.host_tb`, which runs
   :class:`sim.driver.AttentionDriver`); the job and the results cross as ``.npz`` files.
 - ``"golden"``: :func:`golden.attention_int` for the outputs and the cycle model
-  (:func:`hw.perf.layer.layer_timing` plus :data:`hw.perf.layer.TOP_CYCLES`) for CYCLES and
+  (:func:`hw.perf.layer.top_latency`) for CYCLES and
   STALL_CYCLES of a run without stalls; the model has no BUSY_CYCLES, so it is ``None``.
 
 With ``overlapped=True`` each sequence is started as soon as STATUS.START_READY allows, while
@@ -39,9 +39,10 @@ from pathlib import Path
 import numpy as np
 
 import golden as g
-from hw.bus.regmap import ERROR_CAUSES, build_regmap, pack_window, param_values
+from hw.bus.regmap import (ERROR_CAUSES, PE_MODE_VALUES, build_regmap, pack_window,
+                           param_values)
 
-__all__ = ["Sequence", "HostResult", "RunError", "run_layer", "SIMS"]
+__all__ = ["Sequence", "HostResult", "RunError", "run_layer", "ctrl_word", "SIMS"]
 
 SIMS = ("verilator", "icarus", "golden")
 
@@ -50,12 +51,23 @@ SIMS = ("verilator", "icarus", "golden")
 class Sequence:
     """One run: int8 ``x`` (seq_len, d_model); ``kv`` (kv_rows, d_model) for cross-attention;
     ``causal``; ``key_len``: keys kept (key padding: keys ``key_len..`` are masked), ``None``
-    for all."""
+    for all; ``pos_enc`` the positional encoding added to ``x`` on chip (``"off"``, ``"1d"``,
+    ``"2d"``: CTRL.PE_MODE) with ``pe_offset`` (PE_OFFSET: the first position, in 2-D the
+    first grid row) and ``grid_width`` (PE_GRID_W, 2-D)."""
 
     x: np.ndarray
     kv: np.ndarray | None = None
     causal: bool = False
     key_len: int | None = None
+    pos_enc: str = "off"
+    pe_offset: int = 0
+    grid_width: int | None = None
+
+    def golden(self, cfg: g.AttentionConfig, layer) -> np.ndarray:
+        """The golden model's output of this run."""
+        return g.attention_int(cfg, layer, self.x, self.kv, causal=self.causal,
+                               key_len=self.key_len, pos_enc=self.pos_enc,
+                               pe_offset=self.pe_offset, grid_width=self.grid_width)
 
 
 @dataclass
@@ -86,9 +98,16 @@ def _check(cfg: g.AttentionConfig, layer, sequences) -> list[Sequence]:
             raise TypeError(f"sequence {i} is a {type(s).__name__}, not a sim.host.Sequence")
         try:
             x, kv, _ = g.attention.check_run_args(cfg, s.x, s.kv, s.causal, s.key_len)
+            if s.pos_enc not in PE_MODE_VALUES:
+                raise ValueError(f"pos_enc = {s.pos_enc!r} is not one of "
+                                 f"{', '.join(PE_MODE_VALUES)}")
+            if s.pos_enc != "off" and s.pos_enc not in cfg.pos_enc:
+                raise ValueError(f"pos_enc = {s.pos_enc!r}: the configuration builds "
+                                 f"{', '.join(cfg.pos_enc) or 'no encoder'}")
         except ValueError as exc:
             raise ValueError(f"sequence {i}: {exc}") from None
-        seqs.append(Sequence(x, None if s.kv is None else kv, bool(s.causal), s.key_len))
+        seqs.append(Sequence(x, None if s.kv is None else kv, bool(s.causal), s.key_len,
+                             s.pos_enc, int(s.pe_offset), s.grid_width))
     if not seqs:
         raise ValueError("no sequences to run")
     return seqs
@@ -127,17 +146,28 @@ def run_layer(cfg: g.AttentionConfig, layer: g.QuantizedLayer, sequences, *,
 # ---------------------------------------------------------------------------- golden
 
 def _run_golden(cfg, layer, seqs) -> list[HostResult]:
-    from hw.perf.layer import TOP_CYCLES, layer_timing
+    from hw.perf.layer import layer_timing, top_latency
     results = []
     for s in seqs:
-        out = g.attention_int(cfg, layer, s.x, s.kv, causal=s.causal, key_len=s.key_len)
-        t = layer_timing(cfg, len(s.x), None if s.kv is None else len(s.kv),
-                         causal=s.causal, key_len=s.key_len)
-        results.append(HostResult(out, t.latency + TOP_CYCLES, None, t.softmax_stall, None))
+        out = s.golden(cfg, layer)
+        kv = None if s.kv is None else len(s.kv)
+        mode = dict(causal=s.causal, key_len=s.key_len, pos_enc=s.pos_enc)
+        t = layer_timing(cfg, len(s.x), kv, **mode)
+        results.append(HostResult(out, top_latency(cfg, len(s.x), kv, **mode), None,
+                                  t.softmax_stall, None))
     return results
 
 
 # ---------------------------------------------------------------------------- Verilator
+
+def ctrl_word(rmap, *, causal: bool = False, cross: bool = False, pos_enc: str = "off",
+              irq: bool = False) -> int:
+    """The CTRL value that starts a run: START, the mode bits and ``IRQ_EN`` if ``irq``."""
+    bit = lambda name: 1 << rmap["CTRL"].field(name).lsb     # noqa: E731
+    return (bit("START") | (bit("IRQ_EN") if irq else 0) | (bit("CAUSAL") if causal else 0)
+            | (bit("CROSS") if cross else 0)
+            | PE_MODE_VALUES[pos_enc] << rmap["CTRL"].field("PE_MODE").lsb)
+
 
 def pack_rows(rows) -> np.ndarray:
     """int8 rows (n, width % 4 == 0) -> uint32 words, element 4a+k in byte k of word a."""
@@ -181,10 +211,11 @@ class _Program:
         self.s.add("write", self.addr("SEQ_LEN"), len(seq.x))
         self.s.add("write", self.addr("KV_LEN"), len(seq.kv) if cross else 0)
         self.s.add("write", self.addr("KEY_LEN"), seq.key_len or 0)
-        self.s.add("write", self.addr("CTRL"), self.bit("CTRL", "START")
-                   | (self.bit("CTRL", "IRQ_EN") if irq else 0)
-                   | (self.bit("CTRL", "CAUSAL") if seq.causal else 0)
-                   | (self.bit("CTRL", "CROSS") if cross else 0))
+        if "PE_OFFSET" in self.rmap:
+            self.s.add("write", self.addr("PE_OFFSET"), seq.pe_offset)
+            self.s.add("write", self.addr("PE_GRID_W"), seq.grid_width or 0)
+        self.s.add("write", self.addr("CTRL"), ctrl_word(
+            self.rmap, causal=seq.causal, cross=cross, pos_enc=seq.pos_enc, irq=irq))
         self.expect_ok(tag)
         self.s.add("send", *self.s.put(pack_rows(seq.x)))
         if cross:

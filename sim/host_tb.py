@@ -25,7 +25,8 @@ async def host_job(dut):
                           seed=job["seed"])
     await drv.start()
     await drv.load_layer(job["layer"])
-    runs = [dict(x=s.x, kv=s.kv, causal=s.causal, key_len=s.key_len) for s in job["seqs"]]
+    runs = [dict(x=s.x, kv=s.kv, causal=s.causal, key_len=s.key_len, pos_enc=s.pos_enc,
+                 pe_offset=s.pe_offset, grid_width=s.grid_width) for s in job["seqs"]]
     results, error = [], None
     if job["overlapped"]:
         for r in await drv.run_overlapped(runs, timeout=job["timeout"]):
@@ -34,7 +35,9 @@ async def host_job(dut):
     else:
         for i, run in enumerate(runs):
             r = await drv.run(run["x"], run["kv"], causal=run["causal"],
-                              key_len=run["key_len"], timeout=job["timeout"])
+                              key_len=run["key_len"], pos_enc=run["pos_enc"],
+                              pe_offset=run["pe_offset"], grid_width=run["grid_width"],
+                              timeout=job["timeout"])
             if r.out is None:
                 error = (i, r.status, r.error_cause)
                 break

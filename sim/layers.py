@@ -10,7 +10,8 @@ import numpy as np
 
 import golden as g
 
-__all__ = ["make_layer", "make_case", "mode_specs", "whole_top_configs", "STALLS"]
+__all__ = ["make_layer", "make_case", "mode_specs", "pos_enc_specs", "whole_top_configs",
+           "STALLS"]
 
 # Idle-cycle and backpressure probabilities of the stream tests: none, and random stalls.
 STALLS = {"none": (0.0, 0.0), "stalls": (0.3, 0.4)}
@@ -21,11 +22,12 @@ def whole_top_configs(tiny: g.AttentionConfig) -> dict[str, g.AttentionConfig]:
     return {
         # one engine, 4x4, causal + cross-attention
         "tiny": tiny,
-        # two head engines in parallel
-        "tiny-2eng": tiny.replace(name="tiny-2eng", engines=2),
-        # non-square array, two softmax lanes, longer sequences
+        # two head engines in parallel; the 1-D positional encoding on a 20-position table
+        "tiny-2eng": tiny.replace(name="tiny-2eng", engines=2, pos_enc=["1d"],
+                                  max_position=20),
+        # non-square array, two softmax lanes, longer sequences; both positional encodings
         "narrow": tiny.replace(name="narrow", array_rows=2, array_cols=4, softmax_lanes=2,
-                               max_seq_len=12, max_kv_len=10),
+                               max_seq_len=12, max_kv_len=10, pos_enc=["1d", "2d"]),
         # the key/value-tiled path: two query tiles (8 + 4 rows) by three key tiles at the
         # longest lengths, two engines; single input and output buffers, biases in LUT RAM
         "tiled": tiny.replace(name="tiled", engines=2, max_seq_len=12, max_kv_len=12,
@@ -45,6 +47,29 @@ def mode_specs(cfg: g.AttentionConfig) -> list[dict]:
     if cfg.cross_attention:
         out += [dict(seq=max(1, S // 2), kv=KV), dict(seq=S, kv=1),
                 dict(seq=S, kv=max(1, KV - 3), causal=cfg.causal_mask, key_len=max(1, KV - 4))]
+    return out + pos_enc_specs(cfg)
+
+
+def pos_enc_specs(cfg: g.AttentionConfig) -> list[dict]:
+    """Runs of each positional encoding the configuration builds, alone and with causal,
+    key padding and cross-attention: 1-D from position 0 and from an offset that ends at
+    the table's last position, 2-D grids of 2 and of the whole length in one row."""
+    S, KV, P = cfg.max_seq_len, cfg.max_kv_len, cfg.positions
+    SS = min(S, KV)
+    out = []
+    if "1d" in cfg.pos_enc:
+        out += [dict(seq=SS, pos_enc="1d"),
+                dict(seq=max(1, SS - 2), pos_enc="1d", pe_offset=P - max(1, SS - 2),
+                     causal=cfg.causal_mask, key_len=max(1, SS - 4))]
+        if cfg.cross_attention:
+            out.append(dict(seq=S, kv=max(1, KV - 1), pos_enc="1d", pe_offset=min(1, P - S)))
+    if "2d" in cfg.pos_enc:
+        even = SS - SS % 2
+        out += [dict(seq=even, pos_enc="2d", grid_width=2, pe_offset=1,
+                     causal=cfg.causal_mask),
+                dict(seq=SS, pos_enc="2d", grid_width=SS, key_len=max(1, SS // 2))]
+        if cfg.cross_attention:
+            out.append(dict(seq=S - S % 2, kv=KV, pos_enc="2d", grid_width=2))
     return out
 
 
@@ -54,15 +79,19 @@ def make_layer(cfg: g.AttentionConfig, seed: int = 0):
     fl = g.random_float_layer(cfg, rng)
     calib = rng.normal(0.0, 1.0, (4 * max(cfg.max_seq_len, 8), cfg.d_model))
     calib_kv = rng.normal(0.0, 1.0, calib.shape) if cfg.cross_attention else None
-    return fl, g.quantize_layer(cfg, fl, calib, calib_kv), rng
+    # With an encoder, X is calibrated with the 1-D encoding added (its PE_MULT/PE_SHIFT
+    # serve every mode: they only bring the codes to X's scale).
+    pos_enc = ("1d", None) if cfg.pos_enc else None
+    return fl, g.quantize_layer(cfg, fl, calib, calib_kv, pos_enc=pos_enc), rng
 
 
 def make_case(cfg: g.AttentionConfig, seed: int, specs: list[dict]):
     """A quantized layer and one run per spec.
 
     A spec has ``seq`` (query rows), optional ``kv`` (rows of a second sequence: cross mode),
-    ``causal`` and ``key_len``. Each run is a dict with int8 arrays ``x`` (and ``kv``) plus the
-    mode keys, ready for :func:`golden.attention_int` and the drivers.
+    ``causal``, ``key_len`` and the positional encoding's ``pos_enc`` (``"off"``, ``"1d"``,
+    ``"2d"``), ``pe_offset`` and ``grid_width``. Each run is a dict with int8 arrays ``x``
+    (and ``kv``) plus the mode keys, ready for :func:`golden.attention_int` and the drivers.
     """
     _, layer, rng = make_layer(cfg, seed)
     s_x, s_kv = layer.scales["x"], layer.scales["kv"]
@@ -71,7 +100,8 @@ def make_case(cfg: g.AttentionConfig, seed: int, specs: list[dict]):
         x = g.quantize_tensor(rng.normal(0.0, 1.0, (spec["seq"], cfg.d_model)), s_x,
                               cfg.act_bits)
         run = {"x": x, "causal": bool(spec.get("causal", False)),
-               "key_len": spec.get("key_len")}
+               "key_len": spec.get("key_len"), "pos_enc": spec.get("pos_enc", "off"),
+               "pe_offset": spec.get("pe_offset", 0), "grid_width": spec.get("grid_width")}
         if spec.get("kv"):
             run["kv"] = g.quantize_tensor(rng.normal(0.0, 1.0, (spec["kv"], cfg.d_model)),
                                           s_kv, cfg.act_bits)

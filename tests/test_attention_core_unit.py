@@ -10,11 +10,11 @@ from amaranth.sim import Simulator
 import golden as g
 from hw.core.attention_core import AttentionCore, ERROR_CAUSES
 from hw.perf.layer import layer_timing
-from hw.bus.regmap import build_regmap, pack_window
+from hw.bus.regmap import PE_MODE_VALUES, build_regmap, pack_window
 from sim.amaranth_streams import StreamConsumer, StreamProducer, simulate
 from sim.bus import pack_rows, unpack_words
 from sim.collisions import CollisionScramble
-from sim.layers import make_case
+from sim.layers import make_case, pos_enc_specs
 from hw.gen.verilog import REPO_ROOT
 
 TINY = g.load_config(REPO_ROOT / "configs" / "tiny.toml")
@@ -73,6 +73,12 @@ def run_core(cfg, layer, runs, *, idle=0.0, backpressure=0.0, seed=0, max_cycles
             ctx.set(settings.key_len, run.get("key_len") or 0)
             ctx.set(settings.causal, int(run.get("causal", False)))
             ctx.set(settings.cross, int(kv is not None))
+            ctx.set(settings.pe_mode, PE_MODE_VALUES[run.get("pos_enc", "off")])
+            if cfg.pos_enc:
+                ctx.set(settings.pe_offset, run.get("pe_offset", 0))
+                ctx.set(settings.pe_grid_w, run.get("grid_width") or 0)
+                ctx.set(settings.pe_mult, layer.pe_mult)
+                ctx.set(settings.pe_shift, run.get("pe_shift", layer.pe_shift))
             ctx.set(core.start.valid, 1)
             await ctx.tick()
             ctx.set(core.start.valid, 0)
@@ -114,7 +120,8 @@ def run_core(cfg, layer, runs, *, idle=0.0, backpressure=0.0, seed=0, max_cycles
 
 def check_outputs(cfg, layer, run, words):
     want = g.attention_int(cfg, layer, run["x"], run.get("kv"), causal=run.get("causal", False),
-                           key_len=run.get("key_len"))
+                           key_len=run.get("key_len"), pos_enc=run.get("pos_enc", "off"),
+                           pe_offset=run.get("pe_offset", 0), grid_width=run.get("grid_width"))
     got = np.array(unpack_words(words, cfg.d_model))
     assert got.shape == want.shape, (got.shape, want.shape)
     np.testing.assert_array_equal(got, want)
@@ -141,7 +148,8 @@ def test_layer_matches_golden(engines):
 def check_cycle_model(cfg, run, counters):
     """The layer cycle model is exact with an always-valid source and always-ready sink."""
     kv = run.get("kv")
-    lt = layer_timing(cfg, len(run["x"]), None if kv is None else len(kv))
+    lt = layer_timing(cfg, len(run["x"]), None if kv is None else len(kv),
+                      pos_enc=run.get("pos_enc", "off"))
     assert (counters["cycles"], counters["stall"]) == (lt.latency, lt.softmax_stall)
 
 
@@ -229,3 +237,31 @@ def test_divmod_const(width, divisor):
 
     sim.add_testbench(tb)
     sim.run()
+
+
+@pytest.mark.parametrize("stalls", [False, True])
+def test_positional_encoding(stalls):
+    """Every encoding the configuration builds, alone and with causal, padding and cross runs
+    (sim.layers.pos_enc_specs), then settings the encoder refuses: each a BAD_POSENC before
+    any word is taken, the next run right. Without stalls CYCLES is the model's."""
+    cfg = TINY.replace(pos_enc=["1d", "2d"], max_position=12)
+    specs = pos_enc_specs(cfg) + [dict(seq=6, pos_enc="off")]
+    layer, runs = make_case(cfg, seed=21, specs=specs + [dict(seq=6)])
+    bad = [dict(runs[0], pos_enc="2d", grid_width=3, x=runs[0]["x"][:8]),   # 3 does not divide 8
+           dict(runs[0], pos_enc="2d", grid_width=0),
+           dict(runs[0], pos_enc="1d", pe_offset=12 - 7),                    # positions 5..12
+           dict(runs[0], pos_enc="2d", grid_width=2, pe_offset=9),           # grid rows 9..12
+           dict(runs[0], pos_enc="1d", pe_shift=0)]
+    idle, bp = (0.3, 0.4) if stalls else (0.0, 0.0)
+    results = run_core(cfg, layer, runs[:-1] + bad + runs[-1:], idle=idle, backpressure=bp,
+                       seed=4)
+    for run, (words, err, counters) in zip(runs[:-1], results):
+        assert err is None, run
+        check_outputs(cfg, layer, run, words)
+        if not stalls:
+            check_cycle_model(cfg, run, counters)
+    for run, (words, err, counters) in zip(bad, results[len(runs) - 1:]):
+        assert err == 1 << ERROR_CAUSES["BAD_POSENC"] and not words, run
+    words, err, _ = results[-1]
+    assert err is None
+    check_outputs(cfg, layer, runs[-1], words)

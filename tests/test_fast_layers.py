@@ -13,7 +13,7 @@ import golden as g
 from hw.attention_top import AttentionTop
 from hw.bus.regmap import build_regmap
 from hw.gen.verilog import REPO_ROOT
-from hw.perf.layer import TOP_CYCLES, layer_timing
+from hw.perf.layer import TOP_CYCLES, layer_timing, top_latency
 from sim.fast import HarnessTimeout, Script, run_script
 from sim import host
 from sim.host import RunError, Sequence
@@ -32,13 +32,14 @@ def run_layer(*args, **kwargs):
 
 
 def sequences(runs):
-    return [Sequence(r["x"], r.get("kv"), r["causal"], r["key_len"]) for r in runs]
+    return [Sequence(r["x"], r.get("kv"), r["causal"], r["key_len"], r["pos_enc"],
+                     r["pe_offset"], r["grid_width"]) for r in runs]
 
 
 def check_outputs(cfg, layer, seqs, results, what):
     assert len(results) == len(seqs)
     for i, (s, res) in enumerate(zip(seqs, results)):
-        want = g.attention_int(cfg, layer, s.x, s.kv, causal=s.causal, key_len=s.key_len)
+        want = s.golden(cfg, layer)
         assert res.out.shape == want.shape, f"{what} {i}: shape {res.out.shape}"
         bad = np.argwhere(res.out != want)
         assert not len(bad), (f"{what} {i}: {len(bad)} of {want.size} outputs differ, first "
@@ -62,9 +63,13 @@ def test_layers_back_to_back_and_overlapped(config, stalls):
         # counter reads more than the model's stall while the totals still agree (an open
         # difference in what the counter counts, not in timing).
         for s, res in zip(seqs, one):
-            model = layer_timing(cfg, len(s.x), None if s.kv is None else len(s.kv),
-                                 causal=s.causal, key_len=s.key_len)
-            assert res.cycles == model.latency + TOP_CYCLES, (res.cycles, model.latency)
+            kv = None if s.kv is None else len(s.kv)
+            mode = dict(causal=s.causal, key_len=s.key_len, pos_enc=s.pos_enc)
+            model = layer_timing(cfg, len(s.x), kv, **mode)
+            top = top_latency(cfg, len(s.x), kv, **mode)
+            assert res.cycles == top, (res.cycles, top, s.pos_enc)
+            if not cfg.pos_enc:
+                assert top == model.latency + TOP_CYCLES
             if len(s.x if s.kv is None else s.kv) > 1:
                 assert res.stall_cycles == model.softmax_stall
     # Overlapped through the double buffers, and twice the same sequence: the second ends
@@ -109,6 +114,22 @@ def test_unexpected_error_is_named():
     assert not any(r[0] == "C" for r in run.records), "the script went on after the error"
     err = RunError(*x[0][1:])
     assert "NO_WEIGHTS" in str(err) and "sequence 7" in str(err)
+
+
+@pytest.mark.cocotb
+def test_refused_encoding_is_named():
+    """A 2-D grid width that does not divide SEQ_LEN: the encoder's BAD_POSENC stops the
+    host run with the cause named (recovery: tests/cocotb/top_tb.py, the core unit tests)."""
+    cfg = CONFIGS["narrow"]
+    n = min(cfg.max_seq_len, cfg.max_kv_len)
+    layer, runs = make_case(cfg, 2, [dict(seq=n)])
+    seq = Sequence(runs[0]["x"], pos_enc="2d", grid_width=n - 1)
+    with pytest.raises(RunError, match="sequence 0: .*BAD_POSENC"):
+        run_layer(cfg, layer, [seq])
+    with pytest.raises(ValueError, match="sequence 0: pos_enc = '2d': the configuration "
+                                         "builds 1d"):
+        run_layer(CONFIGS["tiny-2eng"], layer, [Sequence(runs[0]["x"][:8], pos_enc="2d",
+                                                         grid_width=2)], sim="golden")
 
 
 @pytest.mark.cocotb

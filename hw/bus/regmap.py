@@ -78,7 +78,8 @@ ERROR_CAUSES = (
     ("ENGINE_FAULT", "a matrix engine rejected a command or the softmax unit flagged invalid "
                      "settings; the run was abandoned (engine)"),
     ("BAD_POSENC", "START with CTRL.PE_MODE set to a mode the configuration does not build; "
-                   "or (engine, a few cycles after START, before any input word is taken) "
+                   "or (engine, a few cycles after START, before any input word is loaded; the "
+                   "run's input is then discarded up to its last word) "
                    "PE_SHIFT outside 1..62, 1-D with PE_OFFSET + SEQ_LEN past the table, 2-D "
                    "with PE_GRID_W 0, above the table, or not dividing SEQ_LEN, or grid rows "
                    "PE_OFFSET + SEQ_LEN / PE_GRID_W past the table"),
@@ -680,8 +681,11 @@ def regmap_markdown(cfg: AttentionConfig) -> str:
         "`CONFIG2.POS_ENC_1D`/`POS_ENC_2D` and `CONFIG3.MAX_POSITION` say what is built. A "
         "mode that is not built is refused at START with `BAD_POSENC`; the built encoder "
         "checks its settings (the table's range, `PE_SHIFT`, and in 2-D that `PE_GRID_W` "
-        "divides `SEQ_LEN`) in the cycles after START, before it takes an input word, and "
-        "raises `BAD_POSENC` with `STATUS.ERROR` instead of loading: the engine stays "
-        "ready for the next START.", "",
+        "divides `SEQ_LEN`) in the cycles after START (2 cycles, in 2-D 2 plus one per bit "
+        "of a length), before it loads an input word, and raises `BAD_POSENC` with "
+        "`STATUS.ERROR` instead of loading. The run's input is then discarded as it "
+        "arrives (both packets of a cross run), so a host may send it before reading "
+        "STATUS or not at all: the next START ends the discarding and loads from the next "
+        "word.", "",
     ]
     return "\n".join(out)

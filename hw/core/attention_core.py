@@ -102,7 +102,7 @@ __all__ = ["AttentionCore", "WordStream", "ERROR_CAUSES"]
 
 # Bit positions of ERROR_CAUSE that the core itself raises (the rest come from the registers).
 ERROR_CAUSES = {name: bit for bit, (name, _) in enumerate(REGMAP_CAUSES)
-                if name in ("STREAM_SHORT", "STREAM_LONG", "ENGINE_FAULT")}
+                if name in ("STREAM_SHORT", "STREAM_LONG", "BAD_POSENC", "ENGINE_FAULT")}
 
 
 class AttentionCore(wiring.Component):

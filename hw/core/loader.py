@@ -7,16 +7,22 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.memory import WritePort
 from amaranth.lib.wiring import In, Out
 
+from hw.blocks.delay import DelayLine
+from hw.blocks.posenc import PeMode, PositionalEncoder
 from hw.bus.regmap import ERROR_CAUSES as REGMAP_CAUSES
 from hw.bus.settings import StartSignature
 from hw.core.geometry import CoreGeometry
 from hw.core.layouts import WordStream, sequence_layout
 
-__all__ = ["InputLoader", "LOADER_CAUSES"]
+__all__ = ["InputLoader", "LOADER_CAUSES", "ENCODER_SETTLE"]
+
+#: Cycles the loader waits after a sequence's last word for the encoder's last write (its
+#: latency beyond the one-cycle write of the path without an encoder).
+ENCODER_SETTLE = PositionalEncoder.LATENCY - 1
 
 # ERROR_CAUSE bits the loader raises.
 LOADER_CAUSES = {name: bit for bit, (name, _) in enumerate(REGMAP_CAUSES)
-                 if name in ("STREAM_SHORT", "STREAM_LONG")}
+                 if name in ("STREAM_SHORT", "STREAM_LONG", "BAD_POSENC")}
 
 
 class InputLoader(wiring.Component):
@@ -46,12 +52,22 @@ class InputLoader(wiring.Component):
         sequencer's projections are done with it); START waits for it.
     error, error_cause : ``Out(1)``, ``Out(len(ERROR_CAUSES))``
         One-cycle strobe with its ERROR_CAUSE bits: STREAM_SHORT (``last`` before the final
-        word: back to IDLE) or STREAM_LONG (no ``last`` on the final word: the rest of the
-        stream is drained up to its ``last``, or until the next START).
+        word: back to IDLE), STREAM_LONG (no ``last`` on the final word: the rest of the
+        stream is drained up to its ``last``, or until the next START), or BAD_POSENC (the
+        positional encoder refused its settings, before any word was loaded: the run's
+        input, two packets in a cross run, is drained likewise).
+
+    Positional encoding (``cfg.pos_enc``): the words of X go through a
+    :class:`~hw.blocks.posenc.PositionalEncoder` on their way into the buffer, with the
+    settings sampled at START. After START the loader waits in CHECK for the encoder's
+    verdict (2 cycles; 2-D mode ``2 + lb`` for its division, ``lb`` the width of a
+    length), and after the last word in SETTLE until the encoder's last write
+    (:data:`ENCODER_SETTLE` cycles): the ``pos_enc`` constants of the cycle model.
 
     Latency: a word is written into its buffer the cycle after its handshake (from registers:
-    the buffers are spread over the die); a loaded sequence is read 3 cycles after its last
-    word at the earliest, so the late write is never missed. Throughput: one word per cycle.
+    the buffers are spread over the die), ``PositionalEncoder.LATENCY`` cycles after it with
+    an encoder; a loaded sequence is read 3 cycles after its last write at the earliest, so
+    the late write is never missed. Throughput: one word per cycle.
     """
 
     def __init__(self, geom: CoreGeometry, x_sig: WritePort.Signature,
@@ -116,12 +132,23 @@ class InputLoader(wiring.Component):
             m.d.sync += ld_wa.eq(Cat(ld_addr[:kv_aw], ld_set.bank))
         with m.Else():
             m.d.sync += ld_wa.eq(Cat(ld_addr[:x_aw], ld_set.bank))
+        enc = self._encoder(m, ld_write) if g.cfg.pos_enc else None
+        if enc is not None:
+            # The encoded word leaves the encoder LATENCY cycles after its beat: its write
+            # enables and address follow it through a delay line.
+            m.submodules.write_delay = wdel = DelayLine(len(ld_we_x) + len(ld_we_kv) + len(ld_wa),
+                                                        PositionalEncoder.LATENCY - 1)
+            m.d.comb += wdel.value.eq(Cat(ld_we_x, ld_we_kv, ld_wa))
+            we_x, we_kv, wa = (wdel.delayed[:R], wdel.delayed[R:2 * R], wdel.delayed[2 * R:])
+            wd = enc.o_stream.payload.data
+        else:
+            we_x, we_kv, wa, wd = ld_we_x, ld_we_kv, ld_wa, ld_wd
         for r in range(R):
-            m.d.comb += [self.x_write[r].addr.eq(ld_wa), self.x_write[r].data.eq(ld_wd),
-                         self.x_write[r].en.eq(ld_we_x[r])]
+            m.d.comb += [self.x_write[r].addr.eq(wa), self.x_write[r].data.eq(wd),
+                         self.x_write[r].en.eq(we_x[r])]
             if cross_hw:
-                m.d.comb += [self.kv_write[r].addr.eq(ld_wa), self.kv_write[r].data.eq(ld_wd),
-                             self.kv_write[r].en.eq(ld_we_kv[r])]
+                m.d.comb += [self.kv_write[r].addr.eq(wa), self.kv_write[r].data.eq(wd),
+                             self.kv_write[r].en.eq(we_kv[r])]
 
         def accept_start():
             """Sample the run settings of a new sequence and start loading it."""
@@ -141,15 +168,47 @@ class InputLoader(wiring.Component):
                 for n in ("q", "k", "v", "pv", "o"):
                     for f in ("mult", "shift"):
                         m.d.sync += ld_set[f"rq_{n}_{f}"].eq(st[f"rq_{n}_{f}"])
-                m.next = "LOAD"
+                if enc is not None:
+                    m.d.sync += [enc.mode.eq(st.pe_mode), enc.offset.eq(st.pe_offset),
+                                 enc.grid_width.eq(st.pe_grid_w), enc.seq_len.eq(seq_len),
+                                 enc.pe_mult.eq(st.pe_mult), enc.pe_shift.eq(st.pe_shift),
+                                 pe_restart.eq(1)]
+                    m.next = "CHECK"
+                else:
+                    m.next = "LOAD"
 
         def load_error(cause):
             m.d.comb += [self.error.eq(1), self.error_cause.eq(1 << LOADER_CAUSES[cause])]
+
+        pe_restart = Signal()       # the cycle after START: the encoder restarts its checks
+        m.d.sync += pe_restart.eq(0)
+        if enc is not None:
+            m.d.comb += enc.restart.eq(pe_restart)
+        settle = Signal(range(ENCODER_SETTLE + 1))
+        drain_two = Signal()        # DRAIN discards two packets (a refused cross run)
 
         with m.FSM(name="load") as load_fsm:
             with m.State("IDLE"):
                 m.d.comb += self.start.ready.eq(x_free)
                 accept_start()
+            if enc is not None:
+                with m.State("CHECK"):
+                    # The encoder's verdict on its settings, before any word is taken: its
+                    # input is ready (with an always-ready output) once the checks are done.
+                    with m.If(enc.i_stream.ready):
+                        with m.If(enc.error):
+                            # Refused: the run's packets (two in a cross run) are discarded
+                            # as they come, or until the next START if the host sends none.
+                            load_error("BAD_POSENC")
+                            m.d.sync += drain_two.eq(ld_set.cross)
+                            m.next = "DRAIN"
+                        with m.Else():
+                            m.next = "LOAD"
+                with m.State("SETTLE"):
+                    # The last encoded words are still on their way into the buffer.
+                    m.d.sync += settle.eq(settle - 1)
+                    with m.If(settle == 1):
+                        m.next = "WAIT"
             with m.State("LOAD"):
                 m.d.comb += self.x_in.ready.eq(1)
                 with m.If(ld_beat):
@@ -172,19 +231,26 @@ class InputLoader(wiring.Component):
                         m.next = "IDLE"
                     with m.Elif(ld_final & ~self.x_in.payload.last):
                         load_error("STREAM_LONG")
+                        m.d.sync += drain_two.eq(0)
                         m.next = "DRAIN"
                     with m.Elif(ld_final & ld_set.cross & ~ld_kv):
                         m.d.sync += [ld_kv.eq(1), ld_i.eq(0), ld_w.eq(0),
                                      ld_rows.eq(ld_set.kvrows), ld_w_last.eq(D4 == 1),
                                      ld_i_last.eq(ld_set.kvrows == 1)]
                     with m.Elif(ld_final):
-                        m.next = "WAIT"
+                        if enc is not None:
+                            m.d.sync += settle.eq(ENCODER_SETTLE)
+                            m.next = "SETTLE"
+                        else:
+                            m.next = "WAIT"
             with m.State("DRAIN"):
                 # A stream that ran long: discard words up to its last one. A new START ends
                 # the draining and loads from the next word.
                 m.d.comb += [self.x_in.ready.eq(~self.start.valid), self.start.ready.eq(x_free)]
                 with m.If(ld_beat & self.x_in.payload.last):
-                    m.next = "IDLE"
+                    m.d.sync += drain_two.eq(0)
+                    with m.If(~drain_two):
+                        m.next = "IDLE"
                 accept_start()
             with m.State("WAIT"):
                 m.d.comb += self.loaded.valid.eq(1)
@@ -192,5 +258,16 @@ class InputLoader(wiring.Component):
                     m.d.sync += ld_bank.eq(~ld_bank)
                     m.next = "IDLE"
         m.d.comb += [ld_write.eq(self.x_in.valid & load_fsm.ongoing("LOAD")),
-                     self.busy.eq(load_fsm.ongoing("LOAD") | load_fsm.ongoing("WAIT"))]
+                     self.busy.eq(~load_fsm.ongoing("IDLE") & ~load_fsm.ongoing("DRAIN"))]
         return m
+
+    def _encoder(self, m, ld_write):
+        """The positional encoder on the words of the load (fed at their beats, always
+        drained: its output is the buffer's write data)."""
+        cfg = self.geom.cfg
+        m.submodules.encoder = enc = PositionalEncoder(cfg.d_model, cfg.positions, cfg.pos_enc,
+                                                       max_len=cfg.max_seq_len)
+        m.d.comb += [enc.i_stream.valid.eq(ld_write),
+                     enc.i_stream.payload.data.eq(self.x_in.payload.data),
+                     enc.o_stream.ready.eq(1)]
+        return enc

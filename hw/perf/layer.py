@@ -35,7 +35,8 @@ from hw.perf.matmul import ARRAY_LATENCY_EXTRA, POST_LATENCY, matmul_cycles
 from hw.perf.softmax import SoftmaxTiming
 
 __all__ = ["LayerTiming", "layer_timing", "stream_bytes_per_cycle", "JOB_OVERHEAD",
-           "LOAD_OVERHEAD", "STREAM_OVERHEAD", "FETCH_LATENCY", "TOP_CYCLES"]
+           "LOAD_OVERHEAD", "STREAM_OVERHEAD", "FETCH_LATENCY", "TOP_CYCLES", "encoder_cycles",
+           "top_latency"]
 
 # Cycles from a job's go pulse to the engine's first operand beat: command and fetch registers.
 FETCH_LATENCY = 6
@@ -47,11 +48,12 @@ JOB_OVERHEAD = FETCH_LATENCY + 4
 # sampled into the loader, which hands the loaded sequence to the sequencer (take) one cycle
 # after its last word, and the sequencer raises go the cycle after that.
 LOAD_OVERHEAD = 2
-# What the top's CYCLES register reads beyond ``latency`` (the core's count) for a sequence
-# started on an idle engine and driven as sim.host's Verilator harness does (input words
-# from the cycle after STATUS is read back following the START write; an always-ready
-# output): constant over every mode and length of the test configurations
-# (tests/test_fast_layers.py). The cocotb driver's AXI4-Lite timing differs by a cycle.
+# When the first input word reaches the core, in cycles after START, for a sequence started
+# on an idle engine and driven as sim.host's Verilator harness does (input words from the
+# cycle after STATUS is read back following the START write; an always-ready output):
+# without an encoder what CYCLES reads beyond ``latency``, constant over every mode and
+# length of the test configurations (tests/test_fast_layers.py); with one, the encoder's
+# checks overlap it (top_latency). The cocotb driver's AXI4-Lite timing differs by a cycle.
 TOP_CYCLES = 4
 # From the softmax feeder's score buffer read to the beat at the softmax unit's input: the
 # block RAM read and its data register (ss2).
@@ -183,12 +185,36 @@ def _pv_stall(cfg, seq, kv, scores_go, pv_go):
     return max(0, prev_last - nominal_end)
 
 
+def encoder_cycles(cfg: AttentionConfig, pos_enc: str = "off", first_word: int = 0) -> int:
+    """Cycles the positional encoder adds to the load (configurations that build one, in
+    every mode): the loader's CHECK (2 cycles, plus the 2-D mode's division, one cycle per
+    bit of a length) as far as it is not hidden behind the first input word's arrival
+    (``first_word`` cycles after START), and SETTLE (:data:`hw.core.loader.ENCODER_SETTLE`)."""
+    if not cfg.pos_enc:
+        return 0
+    from hw.core.loader import ENCODER_SETTLE
+    check = 2 + (cfg.max_seq_len.bit_length() if pos_enc == "2d" else 0)
+    return max(0, check - first_word) + ENCODER_SETTLE
+
+
+def top_latency(cfg: AttentionConfig, seq: int, kv: int | None = None, **kwargs) -> int:
+    """What the top's CYCLES register reads for one sequence on an idle engine, driven as
+    :mod:`sim.host`'s harness does: the core's latency with the input words arriving
+    :data:`TOP_CYCLES` cycles after START (:func:`layer_timing`'s ``first_word``)."""
+    return layer_timing(cfg, seq, kv, first_word=TOP_CYCLES, **kwargs).latency
+
+
 def layer_timing(cfg: AttentionConfig, seq: int, kv: int | None = None, *,
-                 causal: bool = False, key_len: int | None = None) -> LayerTiming:
+                 causal: bool = False, key_len: int | None = None,
+                 pos_enc: str = "off", first_word: int = 0) -> LayerTiming:
     """The model's cycles for one sequence of ``seq`` queries (and ``kv`` keys/values in
     cross mode; self-attention when None). ``causal`` and ``key_len`` (key padding) matter on
     the tiled path only, which skips the key tiles no query of a query tile counts
-    (:mod:`hw.perf.tiled_layer`)."""
+    (:mod:`hw.perf.tiled_layer`). ``pos_enc`` is the run's CTRL.PE_MODE (``"off"``,
+    ``"1d"``, ``"2d"``): a configuration with an encoder loads a few cycles longer
+    (:func:`encoder_cycles`). ``first_word``: cycles from START to the first input word at
+    the core (0: the words wait for START, as in the core's own tests; the top:
+    :func:`top_latency`)."""
     if not 1 <= seq <= cfg.max_seq_len:
         raise ValueError(f"seq = {seq} is out of range: allowed 1..{cfg.max_seq_len}")
     cross = kv is not None
@@ -198,7 +224,7 @@ def layer_timing(cfg: AttentionConfig, seq: int, kv: int | None = None, *,
     d, dk = cfg.d_model, cfg.head_dim
     G = _cdiv(cfg.heads, cfg.engines)
     words = (seq + (kv if cross else 0)) * d // 4
-    load = words + LOAD_OVERHEAD
+    load = words + LOAD_OVERHEAD + first_word + encoder_cycles(cfg, pos_enc, first_word)
 
     jobs = []
     t = load

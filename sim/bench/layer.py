@@ -206,7 +206,7 @@ def report_layer_harness(cfg, lengths, out: Path) -> None:
     import numpy as np
 
     import golden as g
-    from hw.perf.layer import TOP_CYCLES
+    from hw.perf.layer import TOP_CYCLES, top_latency
     from sim.host import Sequence, run_layer
     from sim.layers import make_case
 
@@ -224,7 +224,7 @@ def report_layer_harness(cfg, lengths, out: Path) -> None:
                 raise AssertionError(f"seq {n} (causal {s.causal}): wrong output")
         lt = layer_timing(cfg, n)
         r = {"seq_len": n, "cycles": results[0].cycles - TOP_CYCLES,
-             "model_cycles": lt.latency, "ideal_cycles": round(lt.ideal),
+             "model_cycles": top_latency(cfg, n) - TOP_CYCLES, "ideal_cycles": round(lt.ideal),
              "utilization": round(lt.ideal / (results[0].cycles - TOP_CYCLES), 4),
              "softmax_stall_cycles": results[0].stall_cycles,
              "model_softmax_stall_cycles": lt.softmax_stall,
@@ -234,7 +234,7 @@ def report_layer_harness(cfg, lengths, out: Path) -> None:
         r["utilization_overlapped"] = round(lt.ideal / r["interval_cycles"], 4)
         if len(results) > 1:
             r["causal_cycles"] = results[1].cycles - TOP_CYCLES
-            r["model_causal_cycles"] = layer_timing(cfg, n, causal=True).latency
+            r["model_causal_cycles"] = top_latency(cfg, n, causal=True) - TOP_CYCLES
             r["causal_speedup"] = round(r["cycles"] / r["causal_cycles"], 3)
         runs.append(r)
     out.parent.mkdir(parents=True, exist_ok=True)

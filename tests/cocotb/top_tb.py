@@ -29,9 +29,14 @@ def driver(dut, seed_offset=0):
                            seed=SEED + seed_offset)
 
 
+def mode_kw(run):
+    """A run's mode arguments (for drv.run and golden.attention_int)."""
+    return dict(causal=run["causal"], key_len=run["key_len"], pos_enc=run["pos_enc"],
+                pe_offset=run["pe_offset"], grid_width=run["grid_width"])
+
+
 def expect(run):
-    return g.attention_int(CFG, LAYER, run["x"], run.get("kv"), causal=run["causal"],
-                           key_len=run["key_len"])
+    return g.attention_int(CFG, LAYER, run["x"], run.get("kv"), **mode_kw(run))
 
 
 def check(res, run, what):
@@ -53,12 +58,15 @@ LAYER, RUNS = make_case(CFG, SEED, SPECS)
 
 def describe(run):
     kv = f", kv {len(run['kv'])}" if run.get("kv") is not None else ""
-    return (f"seq {len(run['x'])}{kv}, causal {run['causal']}, key_len {run['key_len']}")
+    pe = f", {run['pos_enc']} encoding" if run["pos_enc"] != "off" else ""
+    return (f"seq {len(run['x'])}{kv}, causal {run['causal']}, key_len {run['key_len']}{pe}")
 
 
 # The whole sweep of modes and lengths runs in Verilator through the fast path
 # (tests/test_fast_layers.py); here a layer per mode: full, causal with padding, cross.
-SOME_RUNS = [RUNS[0], RUNS[3]] + RUNS[5:6]
+# With a positional encoder, also the last run of each encoding.
+SOME_RUNS = [RUNS[0], RUNS[3]] + RUNS[5:6] + [
+    [r for r in RUNS if r["pos_enc"] == mode][-1] for mode in CFG.pos_enc]
 
 
 @cocotb.test()
@@ -68,8 +76,7 @@ async def layers_back_to_back(dut):
     await drv.start()
     await drv.load_layer(LAYER)
     for run in SOME_RUNS:
-        res = await drv.run(run["x"], run.get("kv"), causal=run["causal"],
-                            key_len=run["key_len"])
+        res = await drv.run(run["x"], run.get("kv"), **mode_kw(run))
         check(res, run, describe(run))
         assert res.busy_cycles > 0 and res.cycles > res.busy_cycles
         dut._log.info(f"{describe(run)}: {res.cycles} cycles, {res.busy_cycles} busy")
@@ -83,14 +90,13 @@ async def sequences_overlapped(dut):
     await drv.load_layer(LAYER)
     runs = SOME_RUNS + RUNS[1:2]
     results = await drv.run_overlapped(
-        [dict(x=r["x"], kv=r.get("kv"), causal=r["causal"], key_len=r["key_len"])
-         for r in runs])
+        [dict(x=r["x"], kv=r.get("kv"), **mode_kw(r)) for r in runs])
     for res, run in zip(results, runs):
         check(res, run, f"overlapped {describe(run)}")
         assert res.busy_cycles > 0 and res.cycles > res.busy_cycles
     # Two equal sequences: the second ends sooner after the first than one sequence takes.
     run = RUNS[0]
-    same = dict(x=run["x"], causal=run["causal"], key_len=run["key_len"])
+    same = dict(x=run["x"], **mode_kw(run))
     first, second = await drv.run_overlapped([same, same])
     check(first, run, "first of a pair")
     check(second, run, "second of a pair")
@@ -123,6 +129,22 @@ async def errors_recover(dut):
     ]
     if SS < S:
         cases.append(("BAD_SEQ_LEN", dict(seq_len=SS + 1)))
+    # Positional encodings: a mode not built is refused at START; the encoder refuses its
+    # settings after START, before it takes a word (the words sent stay on the bus and are
+    # cleared by the driver).
+    P = CFG.positions
+    for mode in ("1d", "2d"):
+        if mode not in CFG.pos_enc:
+            cases.append(("BAD_POSENC", dict(pos_enc=mode, grid_width=1)))
+    if "1d" in CFG.pos_enc:
+        cases.append(("BAD_POSENC", dict(pos_enc="1d", pe_offset=P - len(run["x"]) + 1)))
+    if "2d" in CFG.pos_enc:
+        cases += [("BAD_POSENC", dict(pos_enc="2d", grid_width=0)),
+                  ("BAD_POSENC", dict(pos_enc="2d", grid_width=len(run["x"]) + 1))]
+        if len(run["x"]) > 2:
+            # a width that does not divide the rows
+            w = next(w for w in range(2, len(run["x"]) + 1) if len(run["x"]) % w)
+            cases.append(("BAD_POSENC", dict(pos_enc="2d", grid_width=w)))
     if CFG.cross_attention:
         cases.append(("BAD_KV_LEN", dict(kv=run["x"], kv_len=KV + 1)))
         cases.append(("BAD_KV_LEN", dict(kv=run["x"], kv_len=0)))
@@ -134,7 +156,7 @@ async def errors_recover(dut):
         assert res.errors == [cause], f"{cause}: got {res.errors}"
         assert res.out is None
         assert not (await drv.read("STATUS")) & drv.bit("STATUS", "BUSY")
-        good = await drv.run(run["x"], causal=run["causal"], key_len=run["key_len"])
+        good = await drv.run(run["x"], **mode_kw(run))
         check(good, run, f"valid run after {cause}")
 
     # A shift register out of 1..62: BAD_SHIFT; writing it also clears WEIGHTS_VALID.
@@ -142,7 +164,7 @@ async def errors_recover(dut):
     res = await drv.run(run["x"])
     assert set(res.errors) == {"BAD_SHIFT", "NO_WEIGHTS"}, res.errors
     await drv.load_layer(LAYER, weights=False)
-    good = await drv.run(run["x"], causal=run["causal"], key_len=run["key_len"])
+    good = await drv.run(run["x"], **mode_kw(run))
     check(good, run, "valid run after BAD_SHIFT")
 
     # Bus misuse: an unmapped address answers SLVERR to a write and a read, a write to a
@@ -155,7 +177,7 @@ async def errors_recover(dut):
     assert await drv.write("CYCLES", cycles ^ 0xFFFF) == 0
     assert await drv.read("CYCLES") == cycles
     assert await drv.read("ERROR_CAUSE") == 0
-    good = await drv.run(run["x"], causal=run["causal"], key_len=run["key_len"])
+    good = await drv.run(run["x"], **mode_kw(run))
     check(good, run, "valid run after bus misuse")
 
     # START while busy, and a weight write while busy: both refused, the run unharmed.
@@ -177,7 +199,7 @@ async def errors_recover(dut):
     want = g.attention_int(CFG, LAYER, run["x"])
     assert np.array_equal(got, want), "run disturbed by START/write while busy"
     assert (await drv.read("STATUS")) & drv.bit("STATUS", "WEIGHTS_VALID")
-    good = await drv.run(run["x"], causal=run["causal"], key_len=run["key_len"])
+    good = await drv.run(run["x"], **mode_kw(run))
     check(good, run, "valid run after busy errors")
 
 
@@ -223,5 +245,5 @@ async def reset_in_each_phase(dut):
         assert res.errors == ["BAD_SHIFT"], (phase, res.errors)
         await drv.load_layer(LAYER, weights=False)
         for r in RUNS[:2]:
-            res = await drv.run(r["x"], r.get("kv"), causal=r["causal"], key_len=r["key_len"])
+            res = await drv.run(r["x"], r.get("kv"), **mode_kw(r))
             check(res, r, f"after a reset in {phase}: {describe(r)}")
