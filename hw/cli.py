@@ -476,10 +476,12 @@ def cmd_soak(args) -> int:
     bad = []
     for simulator in args.sim:
         try:
-            if simulator == "fast":
+            if simulator in ("fast", "fast-icarus"):
                 from sim.soak_fast import run_fast_soak
                 s = run_fast_soak(cfg, args.values, args.seed, Path(args.out),
-                                  replay=args.replay)
+                                  replay=args.replay,
+                                  simulator="icarus" if simulator == "fast-icarus"
+                                  else "verilator")
             else:
                 s = run_soak(cfg, args.config, simulator, args.values, args.seed,
                              Path(args.out), replay=args.replay)
@@ -666,7 +668,8 @@ def _args_run(p) -> None:
                    help="PE_OFFSET: the first row's position (2-D: its grid row)")
     p.add_argument("--grid-width", type=int, default=None,
                    help="PE_GRID_W: the 2-D grid's width (must divide the rows)")
-    p.add_argument("--sim", default="verilator", choices=("verilator", "icarus", "golden"))
+    p.add_argument("--sim", default="verilator",
+                   choices=("verilator", "fast-icarus", "icarus", "golden"))
     p.add_argument("--seed", type=int, default=0, help="seed of the stall pattern")
     p.add_argument("--idle", type=float, default=0.0,
                    help="probability of an idle input-stream cycle (0)")
@@ -712,9 +715,10 @@ def _args_formal(p) -> None:
 
 def _args_soak(p) -> None:
     p.add_argument("--sim", nargs="+", default=["icarus", "verilator"],
-                   choices=("icarus", "verilator", "fast"),
-                   help="icarus, verilator: cocotb with the AXI monitor; fast: the same "
-                   "events on the C++ Verilator harness, no monitor (large configurations)")
+                   choices=("icarus", "verilator", "fast", "fast-icarus"),
+                   help="icarus, verilator: cocotb with the AXI monitor; fast, fast-icarus: "
+                   "the same events on the Verilator C++ harness or the Icarus Verilog "
+                   "harness, no monitor (large configurations)")
     p.add_argument("--values", type=int, default=100_000,
                    help="output values to compare per simulator (100000)")
     p.add_argument("--seed", type=int, default=1)

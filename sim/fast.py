@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -42,10 +43,14 @@ import numpy as np
 
 from sim.runner import BUILD_ROOT, REPO_ROOT, VERILATOR_ARGS, _locked, simulator_env
 
-__all__ = ["HARNESS_SOURCE", "OPT_LEVEL", "Script", "HarnessRun", "HarnessError",
-           "HarnessTimeout", "build_harness", "run_script"]
+__all__ = ["HARNESS_SOURCE", "ICARUS_HARNESS_SOURCE", "HARNESS_SIMULATORS", "OPT_LEVEL",
+           "Script", "HarnessRun", "HarnessError", "HarnessTimeout", "build_harness",
+           "build_icarus_harness", "run_script"]
 
 HARNESS_SOURCE = REPO_ROOT / "sim" / "harness" / "attention_top_harness.cpp"
+#: The same harness as a Verilog testbench, for Icarus (``simulator="icarus"``).
+ICARUS_HARNESS_SOURCE = REPO_ROOT / "sim" / "harness" / "attention_top_tb.v"
+HARNESS_SIMULATORS = ("verilator", "icarus")
 OPT_LEVEL = "-O1"
 # The model's Verilator options are those of the cocotb builds (without VPI).
 _ARGS = list(VERILATOR_ARGS)
@@ -100,6 +105,43 @@ def build_harness(verilog: Path, *, opt: str | None = None) -> Path:
     return binary
 
 
+def build_icarus_harness(verilog: Path) -> Path:
+    """The Icarus model of ``verilog`` (module ``attention_top``) with the Verilog harness
+    (``vvp`` file), built once per Verilog text and harness source; returns its path."""
+    verilog = Path(verilog).resolve()
+    text = verilog.read_text()
+    width = re.search(r"input\s*\[(\d+):0\]\s*s_axi_awaddr\s*;", text)
+    if width is None:
+        raise HarnessError(f"{verilog}: no s_axi_awaddr input (not an attention_top?)")
+    digest = hashlib.sha256(text.encode())
+    digest.update(ICARUS_HARNESS_SOURCE.read_bytes())
+    folder = BUILD_ROOT / "harness" / f"attention_top-icarus-{digest.hexdigest()[:16]}"
+    model = folder / "attention_top_tb.vvp"
+    if model.exists():
+        return model
+    with _locked(folder.with_suffix(".lock")):
+        if model.exists():
+            return model
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        iverilog = shutil.which("iverilog")
+        if iverilog is None:
+            raise HarnessError("iverilog not found: install Icarus Verilog (Debian: iverilog)")
+        cmd = [iverilog, "-g2012", "-o", str(folder / "tmp.vvp"), "-s", "attention_top_tb",
+               f"-Pattention_top_tb.ADDR_W={int(width.group(1)) + 1}", str(verilog),
+               str(ICARUS_HARNESS_SOURCE)]
+        t0 = time.monotonic()
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        (folder / "build.log").write_text(proc.stdout + proc.stderr)
+        if proc.returncode != 0:
+            raise HarnessError(f"the Icarus harness build failed; log: {folder / 'build.log'}\n"
+                               + (proc.stderr or proc.stdout)[-2000:])
+        (folder / "build_seconds").write_text(f"{time.monotonic() - t0:.1f}\n")
+        (folder / "tmp.vvp").rename(model)
+    return model
+
+
 @dataclass
 class Script:
     """Commands for the harness and the words they point into (see the harness source for
@@ -141,33 +183,56 @@ class HarnessRun:
 def _parse(line: str) -> tuple:
     tag, *rest = line.split()
     if tag == "T":
-        return (tag, rest[0], int(rest[1]))
+        return (tag, " ".join(rest[:-1]), int(rest[-1]))
     return (tag, *map(int, rest))
 
 
-def run_script(verilog: Path, script: Script, *, opt: str | None = None) -> HarnessRun:
-    """Build (or reuse) the harness for ``verilog`` and run ``script``. Raises
-    :class:`HarnessTimeout` when a wait exceeds the script's cycle limit."""
-    binary = build_harness(verilog, opt=opt)
+def run_script(verilog: Path, script: Script, *, opt: str | None = None,
+               simulator: str = "verilator") -> HarnessRun:
+    """Build (or reuse) the harness for ``verilog`` in ``simulator`` (``"verilator"``: the
+    C++ harness, ``opt`` its level; ``"icarus"``: the Verilog one) and run ``script``.
+    Raises :class:`HarnessTimeout` when a wait exceeds the script's cycle limit."""
+    if simulator not in HARNESS_SIMULATORS:
+        raise ValueError(f"simulator = {simulator!r} is not one of "
+                         f"{', '.join(HARNESS_SIMULATORS)}")
     with tempfile.TemporaryDirectory(prefix="harness-") as tmp:
         tmp = Path(tmp)
         (tmp / "script.txt").write_text("\n".join(script.lines) + "\n")
         data = np.concatenate(script.data) if script.data else np.zeros(0, np.uint32)
-        data.astype("<u4").tofile(tmp / "data.bin")
+        if simulator == "verilator":
+            binary = build_harness(verilog, opt=opt)
+            data.astype("<u4").tofile(tmp / "data.bin")
+            cmd = [str(binary), str(tmp / "script.txt"), str(tmp / "data.bin"),
+                   str(tmp / "results.txt"), str(tmp / "out.bin")]
+        else:
+            model = build_icarus_harness(verilog)
+            np.savetxt(tmp / "data.hex", data.astype(np.uint32), fmt="%08x")
+            cmd = ["vvp", "-n", str(model), f"+script={tmp / 'script.txt'}",
+                   f"+data={tmp / 'data.hex'}", f"+words={len(data)}",
+                   f"+results={tmp / 'results.txt'}", f"+outwords={tmp / 'out.hex'}"]
         t0 = time.monotonic()
-        proc = subprocess.run([str(binary), str(tmp / "script.txt"), str(tmp / "data.bin"),
-                               str(tmp / "results.txt"), str(tmp / "out.bin")],
-                              capture_output=True, text=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True)
         seconds = time.monotonic() - t0
         text = (tmp / "results.txt").read_text() if (tmp / "results.txt").exists() else ""
         records = [_parse(ln) for ln in text.splitlines() if ln.strip()]
+        if simulator == "icarus":
+            # The testbench's last record is its exit status ("Z code").
+            code = records.pop()[1] if records and records[-1][0] == "Z" else None
+            if proc.returncode != 0 or code is None:
+                raise HarnessError(f"Icarus harness failed (vvp exit {proc.returncode}): "
+                                   f"{(proc.stdout + proc.stderr).strip()[-2000:]}")
+            proc.returncode, proc.stderr = code, proc.stdout + proc.stderr
         if proc.returncode == 3:
             where = next((r for r in records if r[0] == "T"), ("T", "?", -1))
             raise HarnessTimeout(f"the design did not answer: {where[1]} still waiting at "
                                  f"cycle {where[2]} (limit {script_limit(script)} cycles)")
         if proc.returncode not in (0, 4):
             raise HarnessError(f"harness exit {proc.returncode}: {proc.stderr.strip()}")
-        out = np.fromfile(tmp / "out.bin", dtype="<u4")
+        if simulator == "verilator":
+            out = np.fromfile(tmp / "out.bin", dtype="<u4")
+        else:
+            lines = (tmp / "out.hex").read_text().split()
+            out = np.array([int(w, 16) for w in lines], dtype=np.uint32)
     # exit 4: stopped at an unexpected STATUS.ERROR (the "X" record); no "D" record then
     total = next((r[1] for r in reversed(records) if r[0] == "D"), -1)
     return HarnessRun(records, out, total, seconds)

@@ -13,6 +13,9 @@
   every register, weight and word goes through AXI4-Lite and the AXI4-Streams, with random
   idle cycles on ``s_axis`` and backpressure on ``m_axis`` from ``seed``. Data cross in bulk
   (a script and a word file in, a record file and the output words back).
+- ``"fast-icarus"``: the same harness as a Verilog testbench in Icarus
+  (``sim/harness/attention_top_tb.v``): the same script, stall pattern and records, no Python
+  per cycle.
 - ``"icarus"``: the same Verilog in Icarus through cocotb (:mod:`sim.host_tb`, which runs
   :class:`sim.driver.AttentionDriver`); the job and the results cross as ``.npz`` files.
 - ``"golden"``: :func:`golden.attention_int` for the outputs and the cycle model
@@ -25,7 +28,7 @@ cycle of each sequence's last output word.
 
 Errors: a run the hardware refuses or aborts (STATUS.ERROR) raises :class:`RunError` naming
 the ERROR_CAUSE bits; a design that stops answering raises :class:`sim.fast.HarnessTimeout`
-(Verilator) after ``timeout`` cycles in one wait, never hangs.
+(the harnesses) after ``timeout`` cycles in one wait, never hangs.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from hw.bus.regmap import (ERROR_CAUSES, PE_MODE_VALUES, build_regmap, pack_wind
 
 __all__ = ["Sequence", "HostResult", "RunError", "run_layer", "ctrl_word", "SIMS"]
 
-SIMS = ("verilator", "icarus", "golden")
+SIMS = ("verilator", "fast-icarus", "icarus", "golden")
 
 
 @dataclass(frozen=True)
@@ -135,10 +138,11 @@ def run_layer(cfg: g.AttentionConfig, layer: g.QuantizedLayer, sequences, *,
         from hw.attention_top import AttentionTop
         from sim.runner import verilog_for
         verilog = verilog_for(AttentionTop, cfg, "attention_top").verilog
-    if sim == "verilator":
-        return _run_verilator(cfg, layer, seqs, Path(verilog), overlapped=overlapped,
-                              idle=idle, backpressure=backpressure, seed=seed, timeout=timeout,
-                              stats=stats, opt=harness_opt)
+    if sim in ("verilator", "fast-icarus"):
+        return _run_harness(cfg, layer, seqs, Path(verilog), overlapped=overlapped,
+                            idle=idle, backpressure=backpressure, seed=seed, timeout=timeout,
+                            stats=stats, opt=harness_opt,
+                            simulator="icarus" if sim == "fast-icarus" else "verilator")
     return _run_icarus(cfg, layer, seqs, Path(verilog), overlapped=overlapped, idle=idle,
                        backpressure=backpressure, seed=seed, timeout=timeout)
 
@@ -227,8 +231,8 @@ class _Program:
                    self.addr("ERROR_CAUSE"), tag)
 
 
-def _run_verilator(cfg, layer, seqs, verilog, *, overlapped, idle, backpressure, seed,
-                   timeout, stats=None, opt=None) -> list[HostResult]:
+def _run_harness(cfg, layer, seqs, verilog, *, overlapped, idle, backpressure, seed,
+                 timeout, stats=None, opt=None, simulator="verilator") -> list[HostResult]:
     from sim.fast import Script, run_script
     script = Script()
     script.settings(seed=seed, idle=idle, backpressure=backpressure, limit=timeout)
@@ -251,7 +255,7 @@ def _run_verilator(cfg, layer, seqs, verilog, *, overlapped, idle, backpressure,
     script.add("wait_out", len(seqs))
     script.add("read", prog.addr("STATUS"))
     prog.expect_ok(len(seqs) - 1)
-    run = run_script(verilog, script, opt=opt)
+    run = run_script(verilog, script, opt=opt, simulator=simulator)
     if stats is not None:
         stats.update(sim_cycles=run.cycles, sim_seconds=run.seconds)
     bad = [r for r in run.records if r[0] == "X"]

@@ -1,6 +1,8 @@
-"""Soak run on the fast C++ harness (``python -m hw soak --sim fast``): the soak's events as
-harness scripts, for configurations too large for the cocotb path (``configs/bert-base.toml``:
-one weight load is about three million cycles, an hour or more through cocotb).
+"""Soak run on the fast harnesses (``python -m hw soak --sim fast``: the Verilator C++
+harness; ``--sim fast-icarus``: the same scripts on the Icarus Verilog harness): the soak's
+events as harness scripts, for configurations too large for the cocotb path
+(``configs/bert-base.toml``: one weight load is about three million cycles, an hour or more
+through cocotb in Verilator).
 
 The events are those of :mod:`sim.soak_tb` with the same randomness per ``(seed, index)``
 and the same layer per epoch, written as script commands (:mod:`sim.fast`) instead of cocotb
@@ -266,22 +268,29 @@ def _check(cfg, layer, prog, ev, recs, out_words, before: int, stats) -> dict:
 
 def run_fast_soak(cfg: AttentionConfig, values: int, seed: int, out: Path,
                   replay: int | None = None, max_events: int = 100_000,
-                  verilog: Path | None = None, opt: str | None = None) -> dict:
-    """The soak on the fast harness until ``values`` output values were compared; writes
-    ``events.jsonl`` and ``summary.json`` into ``out / <config>-fast`` and returns the
-    summary. ``opt``: the harness's C++ level (default :data:`sim.fast.OPT_LEVEL`)."""
+                  verilog: Path | None = None, opt: str | None = None,
+                  simulator: str = "verilator") -> dict:
+    """The soak on a fast harness (``simulator``: ``"verilator"``, the C++ one, or
+    ``"icarus"``, the Verilog one) until ``values`` output values were compared; writes
+    ``events.jsonl`` and ``summary.json`` into ``out / <config>-fast`` (``-fast-icarus``)
+    and returns the summary. ``opt``: the C++ level (default :data:`sim.fast.OPT_LEVEL`)."""
     from hw.attention_top import AttentionTop
-    from sim.fast import HarnessTimeout, Script, build_harness, run_script
+    from sim.fast import (HarnessTimeout, Script, build_harness, build_icarus_harness,
+                          run_script)
     from sim.runner import verilog_for
 
-    folder = out / f"{cfg.name}-fast" / (f"replay-{replay}" if replay is not None else "")
+    name = "fast" if simulator == "verilator" else f"fast-{simulator}"
+    folder = out / f"{cfg.name}-{name}" / (f"replay-{replay}" if replay is not None else "")
     folder.mkdir(parents=True, exist_ok=True)
     log_path, summary_path = folder / "events.jsonl", folder / "summary.json"
     t0 = time.monotonic()
     if verilog is None:
         verilog = verilog_for(AttentionTop, cfg, "attention_top").verilog
     t_build = time.monotonic()
-    build_harness(Path(verilog), opt=opt)
+    if simulator == "verilator":
+        build_harness(Path(verilog), opt=opt)
+    else:
+        build_icarus_harness(Path(verilog))
     build_s = time.monotonic() - t_build
     stats = dict(events=0, runs=0, values=0, mismatches=0, mismatched_runs=0, hangs=0,
                  failed_events=0, kinds={k: 0 for k, _ in KINDS}, violations=None,
@@ -316,7 +325,7 @@ def run_fast_soak(cfg: AttentionConfig, values: int, seed: int, out: Path,
                 break
         index = events[-1]["event"] + 1
         try:
-            res = run_script(Path(verilog), script, opt=opt)
+            res = run_script(Path(verilog), script, opt=opt, simulator=simulator)
         except HarnessTimeout as e:
             stats["hangs"] += 1
             stats["failed_events"] += len(events)
@@ -350,7 +359,8 @@ def run_fast_soak(cfg: AttentionConfig, values: int, seed: int, out: Path,
     log.close()
     stats.update(build_s=round(build_s, 1), sim_s=round(stats["sim_s"], 1),
                  wall_s=round(time.monotonic() - t0, 1))
-    summary = {"config": cfg.name, "simulator": "fast (Verilator harness)", "seed": seed,
+    summary = {"config": cfg.name, "simulator": f"{name} ({simulator.capitalize()} harness)",
+               "seed": seed,
                "replay": replay, **stats, "wall_s_total": stats["wall_s"]}
     summary_path.write_text(json.dumps(summary, indent=2) + "\n")
     return summary
