@@ -41,6 +41,7 @@ _SECTIONS = {
     "features": ("causal_mask", "cross_attention", "double_buffer", "bias_in_lut_ram"),
     "tiling": ("kv_tile", "q_tile", "tile_norm_lanes"),
     "posenc": ("pos_enc", "max_position"),
+    "scoring": ("additive_lanes",),
 }
 
 #: Positional-encoding modes the hardware can build (``off`` is always available).
@@ -84,6 +85,10 @@ class AttentionConfig:
         (``"1d"``, ``"2d"``; empty: no encoder is built). Its table holds ``max_position``
         positions (0: ``max_seq_len``): the 1-D mode needs ``offset + seq_len`` of them, the
         2-D mode the grid's rows and columns.
+    Additive scoring
+        ``additive_lanes`` > 0 builds an additive (Bahdanau) scorer beside each engine's
+        array, ``additive_lanes`` tanh terms per cycle (1..array_rows*array_cols), chosen per
+        run by CTRL.ADDITIVE; 0 builds none.
     """
 
     name: str = "unnamed"
@@ -122,6 +127,8 @@ class AttentionConfig:
     # positional encoding
     pos_enc: tuple = ()
     max_position: int = 0
+    # additive scoring
+    additive_lanes: int = 0
 
     # ---------------------------------------------------------------- validation
 
@@ -198,6 +205,7 @@ class AttentionConfig:
 
         self._check_tiling(need)
         self._check_pos_enc(need)
+        self._check_additive(need)
 
         # Every accumulation must be exact in acc_bits (no wrap-around in any product).
         limit = 2 ** (self.acc_bits - 1) - 1
@@ -278,6 +286,30 @@ class AttentionConfig:
             raise ConfigError(f"d_model = {self.d_model} must be a multiple of 8 with pos_enc "
                               f"(the encoding table's words hold eight channels)")
         need("max_position", 0, 65535, "positions in the encoding table; 0 = max_seq_len")
+
+    def _check_additive(self, need):
+        """The additive scorer's limits (``additive_lanes`` > 0 builds one per engine)."""
+        R, C = self.array_rows, self.array_cols
+        need("additive_lanes", 0, R * C, f"tanh terms per cycle and engine, at most "
+             f"array_rows * array_cols; 0 builds no additive scorer")
+        if not self.additive_lanes:
+            return
+        if self.kv_tile:
+            raise ConfigError(f"additive_lanes = {self.additive_lanes} with kv_tile = "
+                              f"{self.kv_tile}: additive scoring is built on the whole-row "
+                              f"path only (allowed kv_tile = 0)")
+        if self.head_dim % 4:
+            raise ConfigError(f"head_dim = {self.head_dim} must be a multiple of 4 with "
+                              f"additive_lanes (the w vectors' window words hold four elements "
+                              f"of one head)")
+        if (self.head_dim * 127 * 128).bit_length() + 1 > self.acc_bits:
+            raise ConfigError(f"acc_bits = {self.acc_bits} cannot hold an additive score of "
+                              f"head_dim = {self.head_dim} terms")
+
+    @property
+    def additive(self) -> bool:
+        """The additive scorer is built (``additive_lanes`` > 0)."""
+        return self.additive_lanes > 0
 
     @property
     def positions(self) -> int:

@@ -398,6 +398,17 @@ def cmd_synth_blocks(args) -> int:
         print(f"tanh unit, {args.lanes} lane(s): synth_ecp5: "
               + ", ".join(f"{c} {n}" for c, n in sorted(cells.items()))
               + " (synthesis only: a pipeline of registered stages)")
+    if "additive" in what:
+        from hw.blocks.additive import AdditiveScorer
+        from hw.flow.synth_matmul import synth_ecp5
+        R, C = cfg.array_rows, cfg.array_cols
+        _need("--lanes", args.lanes, 1, R * C)
+        scorer = AdditiveScorer(R, C, args.lanes, max_m=cfg.max_seq_len,
+                                max_n=cfg.max_kv_len, max_k=cfg.head_dim,
+                                groups=-(-cfg.heads // cfg.engines))
+        cells = synth_ecp5(scorer, f"additive_{cfg.name}_{args.lanes}")
+        print(f"additive scorer, {R}x{C} tile, {args.lanes} lane(s): synth_ecp5: "
+              + ", ".join(f"{c} {n}" for c, n in sorted(cells.items())))
     if "posenc" in what:
         from hw.blocks.posenc import PositionalEncoder
         from hw.flow.synth_matmul import synth_ecp5
@@ -687,12 +698,13 @@ def _args_run(p) -> None:
 def _args_synth_blocks(p) -> None:
     p.add_argument("--what", default="all",
                    choices=("matmul", "softmax", "tile-softmax", "tile-accumulator", "tanh",
-                            "posenc", "all"),
+                            "additive", "posenc", "all"),
                    help="all: matmul and softmax; tile-softmax, tile-accumulator: the "
                    "key/value-tiled path's softmax unit and output accumulator; tanh: the "
-                   "additive scoring's tanh unit (not yet in the top); posenc: the "
+                   "additive scoring's tanh unit; additive: the additive scorer of the "
+                   "configuration's array (not yet in the top); posenc: the "
                    "positional-encoding adder")
-    p.add_argument("--lanes", type=int, default=1, help="tanh: lanes (1)")
+    p.add_argument("--lanes", type=int, default=1, help="tanh, additive: lanes (1)")
     p.add_argument("--kv-tile", type=int, default=64,
                    help="tile-*: keys per tile (64)")
     p.add_argument("--rows", type=int, default=64,

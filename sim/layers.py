@@ -73,27 +73,29 @@ def pos_enc_specs(cfg: g.AttentionConfig) -> list[dict]:
     return out
 
 
-def make_layer(cfg: g.AttentionConfig, seed: int = 0):
-    """(FloatLayer, QuantizedLayer, rng) for ``cfg``."""
+def make_layer(cfg: g.AttentionConfig, seed: int = 0, scoring: str = "dot"):
+    """(FloatLayer, QuantizedLayer, rng) for ``cfg``, quantized for ``scoring`` ("dot" or
+    "additive")."""
     rng = np.random.default_rng(seed)
-    fl = g.random_float_layer(cfg, rng)
+    fl = g.random_float_layer(cfg, rng, additive=scoring == "additive")
     calib = rng.normal(0.0, 1.0, (4 * max(cfg.max_seq_len, 8), cfg.d_model))
     calib_kv = rng.normal(0.0, 1.0, calib.shape) if cfg.cross_attention else None
     # With an encoder, X is calibrated with the 1-D encoding added (its PE_MULT/PE_SHIFT
     # serve every mode: they only bring the codes to X's scale).
     pos_enc = ("1d", None) if cfg.pos_enc else None
-    return fl, g.quantize_layer(cfg, fl, calib, calib_kv, pos_enc=pos_enc), rng
+    return fl, g.quantize_layer(cfg, fl, calib, calib_kv, pos_enc=pos_enc,
+                                scoring=scoring), rng
 
 
-def make_case(cfg: g.AttentionConfig, seed: int, specs: list[dict]):
-    """A quantized layer and one run per spec.
+def make_case(cfg: g.AttentionConfig, seed: int, specs: list[dict], scoring: str = "dot"):
+    """A quantized layer (for ``scoring``) and one run per spec.
 
     A spec has ``seq`` (query rows), optional ``kv`` (rows of a second sequence: cross mode),
     ``causal``, ``key_len`` and the positional encoding's ``pos_enc`` (``"off"``, ``"1d"``,
     ``"2d"``), ``pe_offset`` and ``grid_width``. Each run is a dict with int8 arrays ``x``
     (and ``kv``) plus the mode keys, ready for :func:`golden.attention_int` and the drivers.
     """
-    _, layer, rng = make_layer(cfg, seed)
+    _, layer, rng = make_layer(cfg, seed, scoring)
     s_x, s_kv = layer.scales["x"], layer.scales["kv"]
     runs = []
     for spec in specs:

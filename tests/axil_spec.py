@@ -16,15 +16,19 @@ CONFIG0, CONFIG1, CONFIG2, STALL_CYCLES, COMMIT = 0x028, 0x02C, 0x030, 0x034, 0x
 CONFIG3 = 0x038
 # The positional encoder's registers (configurations that build one).
 PE_OFFSET, PE_GRID_W, PE_MULT, PE_SHIFT = 0x084, 0x088, 0x08C, 0x090
+# The additive scorer's registers (configurations that build one).
+TANH_MULT, TANH_SHIFT = 0x094, 0x098
 PARAMS = {0x040 + 4 * i: n for i, n in enumerate(
     ["rq_q_mult", "rq_q_shift", "rq_k_mult", "rq_k_shift", "rq_v_mult", "rq_v_shift",
      "rq_pv_mult", "rq_pv_shift", "rq_o_mult", "rq_o_shift", "exp_mult", "exp_shift"])}
 START, CAUSAL, CROSS, IRQ_EN = 1, 2, 4, 8
 PE_MODE = 0x30           # CTRL[5:4]: 0 off, 1 1-D, 2 2-D
+ADDITIVE = 0x40          # CTRL[6]: additive scoring
 BUSY, DONE, ERROR, WEIGHTS_VALID, START_READY = 1, 2, 4, 8, 16
 (BAD_SEQ_LEN, BAD_KV_LEN, BAD_KEY_LEN, START_WHILE_BUSY, NO_WEIGHTS, STREAM_SHORT,
  STREAM_LONG, WRITE_WHILE_BUSY, BAD_CROSS, BAD_CAUSAL, BAD_SHIFT,
- ENGINE_FAULT, BAD_POSENC) = (1 << i for i in range(13))
+ ENGINE_FAULT, BAD_POSENC, BAD_SCORING) = (1 << i for i in range(14))
+MODES = CAUSAL | CROSS | PE_MODE | ADDITIVE
 
 
 class SpecModel:
@@ -44,9 +48,12 @@ class SpecModel:
             self.mask.update({PE_OFFSET: 0xFFFF, PE_GRID_W: 0xFFFF, PE_MULT: 0xFFFF,
                               PE_SHIFT: 0x3F})
             self.layer_regs |= {PE_MULT, PE_SHIFT}
+        if cfg.additive:
+            self.mask.update({TANH_MULT: (1 << cfg.requant_mult_bits) - 1, TANH_SHIFT: 0x3F})
+            self.layer_regs |= {TANH_MULT, TANH_SHIFT}
         self.rw = {off: 0 for off in self.mask}
         self.rw[SEQ_LEN], self.rw[KV_LEN] = cfg.max_seq_len, cfg.max_kv_len
-        self.ctrl = 0            # CAUSAL | CROSS | IRQ_EN | PE_MODE
+        self.ctrl = 0            # CAUSAL | CROSS | IRQ_EN | PE_MODE | ADDITIVE
         self.done = self.causes = self.weights_valid = 0
         self.busy = self.cycles = self.busy_cycles = self.stall_cycles = 0
         self.start_ready = 1     # the engine's input buffer is free
@@ -61,19 +68,21 @@ class SpecModel:
     def ports(self):
         p = {"seq_len": self.rw[SEQ_LEN], "kv_len": self.rw[KV_LEN], "key_len": self.rw[KEY_LEN],
              "causal": int(bool(self.ctrl & CAUSAL)), "cross": int(bool(self.ctrl & CROSS)),
-             "pe_mode": (self.ctrl & PE_MODE) >> 4,
+             "pe_mode": (self.ctrl & PE_MODE) >> 4, "additive": int(bool(self.ctrl & ADDITIVE)),
              "weights_valid": self.weights_valid, "irq": self.irq}
         p.update({name: self.rw[off] for off, name in PARAMS.items()})
         if self.cfg.pos_enc:
             p.update(pe_offset=self.rw[PE_OFFSET], pe_grid_w=self.rw[PE_GRID_W],
                      pe_mult=self.rw[PE_MULT], pe_shift=self.rw[PE_SHIFT])
+        if self.cfg.additive:
+            p.update(tanh_mult=self.rw[TANH_MULT], tanh_shift=self.rw[TANH_SHIFT])
         return p
 
     def read(self, addr):
         a = addr & ~3
         c = self.cfg
         values = {
-            ID: 0x4154544E, VERSION: 0x00010200, CTRL: self.ctrl,
+            ID: 0x4154544E, VERSION: 0x00010300, CTRL: self.ctrl,
             STATUS: self.busy | DONE * self.done | ERROR * bool(self.causes)
             | WEIGHTS_VALID * self.weights_valid | START_READY * self.start_ready,
             CAUSE: self.causes, CYCLES: self.cycles, BUSY_CYCLES: self.busy_cycles,
@@ -82,7 +91,8 @@ class SpecModel:
             CONFIG1: c.max_seq_len | c.max_kv_len << 16,
             CONFIG2: c.array_rows | c.array_cols << 8 | c.causal_mask << 16
             | c.cross_attention << 17 | ("1d" in c.pos_enc) << 18 | ("2d" in c.pos_enc) << 19,
-            CONFIG3: (c.max_position or c.max_seq_len) if c.pos_enc else 0,
+            CONFIG3: ((c.max_position or c.max_seq_len) if c.pos_enc else 0)
+            | c.additive_lanes << 16,
             COMMIT: 0, **self.rw}
         return (values[a], OKAY) if a in values else (0, SLVERR)
 
@@ -101,7 +111,7 @@ class SpecModel:
                 self.wwin.append((word, data, strb))
         elif a == CTRL:
             v = (self.ctrl & ~bm) | new
-            self.ctrl = v & (IRQ_EN | CAUSAL | CROSS | PE_MODE)   # mode bits: sampled by START
+            self.ctrl = v & (IRQ_EN | MODES)   # mode bits: sampled by START
             if v & START:
                 self._start(v)
         elif a == STATUS:
@@ -152,11 +162,13 @@ class SpecModel:
             bad |= BAD_SHIFT
         if ctrl & PE_MODE and not c.pos_enc:
             bad |= BAD_POSENC     # (a built encoder checks its settings after START)
+        if ctrl & ADDITIVE and not (c.additive and 1 <= self.rw[TANH_SHIFT] <= 62):
+            bad |= BAD_SCORING
         if bad:
             self.causes |= bad
             self.refused.append(bad)
         else:
-            self.starts.append(ctrl & (CAUSAL | CROSS | PE_MODE))
+            self.starts.append(ctrl & MODES)
 
     def engine_error(self, cause):
         self.causes |= cause

@@ -74,6 +74,10 @@ def run_core(cfg, layer, runs, *, idle=0.0, backpressure=0.0, seed=0, max_cycles
             ctx.set(settings.causal, int(run.get("causal", False)))
             ctx.set(settings.cross, int(kv is not None))
             ctx.set(settings.pe_mode, PE_MODE_VALUES[run.get("pos_enc", "off")])
+            ctx.set(settings.additive, int(run.get("additive", layer.scoring == "additive")))
+            if cfg.additive:
+                ctx.set(settings.tanh_mult, layer.tanh_mult)
+                ctx.set(settings.tanh_shift, layer.tanh_shift)
             if cfg.pos_enc:
                 ctx.set(settings.pe_offset, run.get("pe_offset", 0))
                 ctx.set(settings.pe_grid_w, run.get("grid_width") or 0)
@@ -149,7 +153,7 @@ def check_cycle_model(cfg, run, counters):
     """The layer cycle model is exact with an always-valid source and always-ready sink."""
     kv = run.get("kv")
     lt = layer_timing(cfg, len(run["x"]), None if kv is None else len(kv),
-                      pos_enc=run.get("pos_enc", "off"))
+                      pos_enc=run.get("pos_enc", "off"), additive=run.get("additive", False))
     assert (counters["cycles"], counters["stall"]) == (lt.latency, lt.softmax_stall)
 
 
@@ -265,3 +269,27 @@ def test_positional_encoding(stalls):
     words, err, _ = results[-1]
     assert err is None
     check_outputs(cfg, layer, runs[-1], words)
+
+
+@pytest.mark.parametrize("lanes,stalls", [(3, False), (16, True)])
+def test_additive_scoring(lanes, stalls):
+    """Additive scores (the layer quantized for them) in every mode, with the 1-D encoding
+    too; a dot-product layer on the same hardware; without stalls CYCLES is the model's."""
+    cfg = TINY.replace(additive_lanes=lanes, pos_enc=["1d"])
+    specs = [dict(seq=8), dict(seq=1), dict(seq=5, causal=True), dict(seq=7, key_len=3),
+             dict(seq=6, kv=8, key_len=5), dict(seq=8, pos_enc="1d", causal=True)]
+    layer, runs = make_case(cfg, seed=31, specs=specs, scoring="additive")
+    for run in runs:
+        run["additive"] = True
+    idle, bp = (0.3, 0.4) if stalls else (0.0, 0.0)
+    results = run_core(cfg, layer, runs, idle=idle, backpressure=bp, seed=5)
+    for run, (words, err, counters) in zip(runs, results):
+        assert err is None, run
+        check_outputs(cfg, layer, run, words)
+        if not stalls:
+            check_cycle_model(cfg, run, counters)
+    dot, dot_runs = make_case(cfg, seed=32, specs=specs[:3])
+    for run, (words, err, counters) in zip(dot_runs, run_core(cfg, dot, dot_runs)):
+        assert err is None
+        check_outputs(cfg, dot, run, words)
+        check_cycle_model(cfg, run, counters)

@@ -21,7 +21,7 @@ from hw.bus.regmap import build_regmap
 from hw.gen.verilog import REPO_ROOT
 
 TINY = load_config(REPO_ROOT / "configs" / "tiny.toml")
-from tests.axil_spec import (BAD_CAUSAL, BAD_POSENC, BAD_CROSS, BAD_KEY_LEN, BAD_KV_LEN, BAD_SEQ_LEN,
+from tests.axil_spec import (BAD_CAUSAL, BAD_POSENC, BAD_SCORING, BAD_CROSS, BAD_KEY_LEN, BAD_KV_LEN, BAD_SEQ_LEN,
                              BAD_SHIFT, BUSY, BUSY_CYCLES, CAUSAL, CAUSE, COMMIT, CONFIG0,
                              CONFIG1, CONFIG2, CROSS, CTRL, CYCLES, DONE, ENGINE_FAULT, ERROR,
                              ID, IRQ_EN, KEY_LEN, KV_LEN, NO_WEIGHTS, OKAY, PARAMS, SEQ_LEN,
@@ -30,7 +30,7 @@ from tests.axil_spec import (BAD_CAUSAL, BAD_POSENC, BAD_CROSS, BAD_KEY_LEN, BAD
                              SpecModel)
 
 TIMINGS = ("fast", "aw_first", "w_first", "simultaneous", "random")
-N_CAUSES = 13
+N_CAUSES = 14
 SHIFTS = [off for off, name in PARAMS.items() if name.endswith("shift")]   # reset to 0
 
 class AxilMaster:
@@ -201,7 +201,7 @@ def test_reset_values(cfg_name):
             want = reg.reset | (START_READY if reg.name == "STATUS" else 0)   # engine input
             assert await m.read(ctx, reg.offset) == (want, OKAY), reg.name
         assert await m.read(ctx, ID) == (0x4154544E, OKAY)
-        assert await m.read(ctx, VERSION) == (0x00010200, OKAY)
+        assert await m.read(ctx, VERSION) == (0x00010300, OKAY)
         assert await m.read(ctx, SEQ_LEN) == (cfg.max_seq_len, OKAY)
         assert await m.read(ctx, KV_LEN) == (cfg.max_kv_len, OKAY)
         assert await m.read(ctx, KEY_LEN) == (0, OKAY)
@@ -584,6 +584,8 @@ def test_every_error_cause(timing):
         # No positional encoder in either: both encodings are refused at START.
         await expect_start_fails(ctx, dut, m, 1 << 4, BAD_POSENC)
         await expect_start_fails(ctx, dut, m, 2 << 4, BAD_POSENC)
+        # No additive scorer: CTRL.ADDITIVE is refused at START.
+        await expect_start_fails(ctx, dut, m, 1 << 6, BAD_SCORING)
         assert await m.write(ctx, CTRL, START) == OKAY
 
     for cfg in (no_cross, no_causal):
@@ -673,7 +675,9 @@ def test_slverr_and_window(timing):
 @pytest.mark.parametrize("timing", TIMINGS)
 @pytest.mark.parametrize("cfg", [TINY, TINY.replace(cross_attention=False, causal_mask=False,
                                                    name="plain"),
-                                 TINY.replace(pos_enc=["1d", "2d"], name="posenc")],
+                                 TINY.replace(pos_enc=["1d", "2d"], name="posenc"),
+                                 TINY.replace(pos_enc=["1d"], additive_lanes=2,
+                                              name="additive")],
                          ids=lambda c: c.name)
 def test_random_against_spec(cfg, timing):
     """Random reads, writes, engine events and busy periods, checked against SpecModel."""
@@ -684,7 +688,7 @@ def test_random_against_spec(cfg, timing):
     # CTRL's random bits: PE_MODE (bits 4-5) only where an encoder is built (elsewhere it
     # is refused, BAD_POSENC, tested on its own); the other configurations' random
     # sequences stay the ones their checks were tuned on.
-    ctrl_bits = 6 if cfg.pos_enc else 4
+    ctrl_bits = 7 if cfg.additive else 6 if cfg.pos_enc else 4
     odd = [0x03C, 0x078, 0x094, 0x0FC, 0x200, base - 4, base + 4 * words, 2 * base - 4]
 
     def address():

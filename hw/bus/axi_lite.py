@@ -331,7 +331,8 @@ class AxiLiteRegs(wiring.Component):
         causal_new = written(ctrl, ctrl.field("CAUSAL"))
         cross_new = written(ctrl, ctrl.field("CROSS"))
         pe_mode_new = written(ctrl, ctrl.field("PE_MODE"))
-        check = self._start_checks(m, causal_new, cross_new, pe_mode_new)
+        additive_new = written(ctrl, ctrl.field("ADDITIVE"))
+        check = self._start_checks(m, causal_new, cross_new, pe_mode_new, additive_new)
         m.d.comb += [self.start.payload[port].eq(getattr(self, port))
                      for port in rmap.run_settings()]
         m.d.sync += self.start.valid.eq(0)
@@ -431,10 +432,11 @@ class AxiLiteRegs(wiring.Component):
         with m.If(rvalid & bus.rready):
             m.d.sync += [rvalid.eq(0), ar_busy.eq(0)]
 
-    def _start_checks(self, m, causal_new, cross_new, pe_mode_new):
+    def _start_checks(self, m, causal_new, cross_new, pe_mode_new, additive_new):
         """ERROR_CAUSE bits a START with these settings would raise (0: it may start). The
         positional encoder's own settings are checked by the engine after START (the 2-D
-        mode's divisibility takes a division); here only a mode without an encoder."""
+        mode's divisibility takes a division); here only a mode without an encoder.
+        TANH_SHIFT is judged only for an additive run (a dot-product layer leaves it 0)."""
         cfg, rmap = self._cfg, self._regmap
         seq_len, kv_len, key_len = self.seq_len, self.kv_len, self.key_len
 
@@ -468,7 +470,13 @@ class AxiLiteRegs(wiring.Component):
             check[_CAUSE["BAD_SHIFT"]].eq(settled("bad_shift", Cat(*[
                 (getattr(self, f.port) == 0) | (getattr(self, f.port) > max_shift(cfg, f.port))
                 for _, f in rmap.fields_with_port()
-                if f.port.endswith("_shift") and f.port != "pe_shift"]).any())),
+                if f.port.endswith("_shift") and f.port not in ("pe_shift", "tanh_shift")
+            ]).any())),
             check[_CAUSE["BAD_POSENC"]].eq((pe_mode_new != 0) & (not cfg.pos_enc)),
         ]
+        if cfg.additive:
+            bad_tanh = settled("bad_tanh_shift", (self.tanh_shift == 0) | (self.tanh_shift > 62))
+            m.d.comb += check[_CAUSE["BAD_SCORING"]].eq(additive_new & bad_tanh)
+        else:
+            m.d.comb += check[_CAUSE["BAD_SCORING"]].eq(additive_new)
         return check

@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 ID_VALUE = 0x4154544E            # "ATTN" in ASCII, most significant byte first
-VERSION_VALUE = 0x00010200       # 1.2.0: major[31:16], minor[15:8], patch[7:0]
+VERSION_VALUE = 0x00010300       # 1.3.0: major[31:16], minor[15:8], patch[7:0]
 DATA_BITS = 32
 REG_BLOCK_SIZE = 0x100           # registers live in 0x000..0x0FF
 MIN_WINDOW_BASE = 0x10000
@@ -83,6 +83,8 @@ ERROR_CAUSES = (
                    "PE_SHIFT outside 1..62, 1-D with PE_OFFSET + SEQ_LEN past the table, 2-D "
                    "with PE_GRID_W 0, above the table, or not dividing SEQ_LEN, or grid rows "
                    "PE_OFFSET + SEQ_LEN / PE_GRID_W past the table"),
+    ("BAD_SCORING", "START with CTRL.ADDITIVE set but the configuration builds no additive "
+                    "scorer, or with TANH_SHIFT outside 1..62"),
 )
 
 #: CTRL.PE_MODE values, in the order of :data:`golden.posenc.PE_MODES`.
@@ -349,6 +351,22 @@ def _pos_enc_registers(cfg: AttentionConfig) -> list[Register]:
     ]
 
 
+def _additive_registers(cfg: AttentionConfig) -> list[Register]:
+    """The additive scorer's layer parameters (configurations that build one)."""
+    if not cfg.additive:
+        return []
+    return [
+        Register("TANH_MULT", 0x094, "Multiplier of q + k to the tanh argument (additive "
+                 "scoring).", (
+                     Field("MULT", 0, cfg.requant_mult_bits, Access.RW, "tanh argument = "
+                           "(q + k) * TANH_MULT >> TANH_SHIFT (rounded), 10 fraction bits",
+                           port="tanh_mult", guard=Guard.LAYER),)),
+        Register("TANH_SHIFT", 0x098, "Right shift of the tanh argument product (1..62).", (
+            Field("SHIFT", 0, SHIFT_BITS, Access.RW, "right shift, 1..62 when CTRL.ADDITIVE "
+                  "is set", port="tanh_shift", guard=Guard.LAYER),)),
+    ]
+
+
 def _window_regions(cfg: AttentionConfig) -> list[WindowRegion]:
     if cfg.weight_bits > 16:
         raise RegmapError(f"weight_bits = {cfg.weight_bits} cannot be packed into the window: "
@@ -370,6 +388,10 @@ def _window_regions(cfg: AttentionConfig) -> list[WindowRegion]:
             f"b_{t}, one sign-extended {32 * bias_words}-bit value per "
             f"{'word' if bias_words == 1 else f'{bias_words} words (low word first)'}"))
         offset += size
+    if cfg.additive:
+        regions.append(WindowRegion(
+            "WA", "wa", offset, cfg.heads * cfg.head_dim, (cfg.heads, cfg.head_dim), 8,
+            "additive scoring's w vectors (heads, head_dim) row-major, 4 elements per word"))
     return regions
 
 
@@ -394,6 +416,8 @@ def build_regmap(cfg: AttentionConfig) -> RegisterMap:
             F("PE_MODE", 4, 2, Access.RW, "positional encoding added to X: 0 off, 1 "
               "sinusoidal 1-D, 2 2-D grid (a mode the configuration does not build: "
               "BAD_POSENC)", port="pe_mode"),
+            F("ADDITIVE", 6, 1, Access.RW, "additive scoring sum_d w[d] tanh(q[d] + k[d]) "
+              "instead of the dot product (not built: BAD_SCORING)", port="additive"),
         )),
         R("STATUS", 0x00C, "Status.", (
             F("BUSY", 0, 1, Access.RO, "a run is in progress", port="busy"),
@@ -455,11 +479,14 @@ def build_regmap(cfg: AttentionConfig) -> RegisterMap:
         R("CONFIG3", 0x038, "Generated configuration.", (
             F("MAX_POSITION", 0, 16, Access.RO, "positions in the encoding table (0: no "
               "encoder)", reset=cfg.positions if cfg.pos_enc else 0, const=True),
+            F("ADDITIVE_LANES", 16, 8, Access.RO, "tanh terms per cycle of each engine's "
+              "additive scorer (0: not built)", reset=cfg.additive_lanes, const=True),
         )),
         *_requant_registers(cfg),
         R("WEIGHTS_COMMIT", 0x080, "Write 1 when all weights and parameters are loaded.",
           (F("COMMIT", 0, 1, Access.WO, "sets STATUS.WEIGHTS_VALID"),)),
         *_pos_enc_registers(cfg),
+        *_additive_registers(cfg),
     ]
     offsets = sorted(r.offset for r in regs)
     if len(set(offsets)) != len(offsets):
@@ -485,6 +512,8 @@ def pack_window(rmap: RegisterMap, layer) -> list[int]:
     import numpy as np
     words = np.zeros(rmap.window_words, dtype=np.uint32)
     for g in rmap.regions:
+        if g.tensor == "wa" and getattr(layer, "wa", None) is None:
+            continue        # a dot-product layer on a configuration with additive scoring
         t = np.asarray(getattr(layer, g.tensor), dtype=np.int64)
         if t.shape != g.shape:
             raise ValueError(f"{g.tensor} has shape {t.shape}: expected {g.shape}")
@@ -524,6 +553,11 @@ def param_values(rmap: RegisterMap, layer) -> dict[str, int]:
         # 0 for a layer quantized without an encoding: runs with PE_MODE 0 only.
         out["PE_MULT"] = int(getattr(layer, "pe_mult", 0))
         out["PE_SHIFT"] = int(getattr(layer, "pe_shift", 0))
+    if "TANH_MULT" in rmap:
+        # 0 for a layer quantized for dot-product scores: runs without CTRL.ADDITIVE only.
+        additive = getattr(layer, "scoring", "dot") == "additive"
+        out["TANH_MULT"] = int(layer.tanh_mult) if additive else 0
+        out["TANH_SHIFT"] = int(layer.tanh_shift) if additive else 0
     for name, value in out.items():
         f = rmap[name].fields[0]
         if not 0 <= value < 1 << f.width:

@@ -75,6 +75,7 @@ from amaranth.lib.wiring import In, Out
 
 from golden.config import AttentionConfig
 
+from hw.blocks.additive import AdditiveScorer
 from hw.blocks.matmul import MatmulEngine
 from hw.blocks.register_slice import RegisterSlice
 from hw.blocks.softmax import SoftmaxUnit
@@ -94,6 +95,7 @@ from hw.core.operand_fetch import OperandFetch
 from hw.core.prob_writer import ProbWriter
 from hw.core.result_writer import ResultWriter
 from hw.core.score_feed import ScoreFeed
+from hw.core.score_select import ScoreSelect
 from hw.core.sequencer import HeadSequencer
 from hw.core.streamer import OutputStreamer
 from hw.core.weight_window import WeightWindowWriter
@@ -129,7 +131,8 @@ class AttentionCore(wiring.Component):
 
         m.submodules.buffers = buf = CoreBuffers(geom)
         m.submodules.weight_window = ww = WeightWindowWriter(
-            geom, buf.w_write[0].signature, buf.b_write[0].signature)
+            geom, buf.w_write[0].signature, buf.b_write[0].signature,
+            AdditiveScorer.w_write_signature(geom.G, geom.dk).flip() if cfg.additive else None)
         connect(m, wiring.flipped(self.window), ww.window)
         for e in range(E):
             connect(m, ww.w_write[e], buf.w_write[e])
@@ -157,6 +160,15 @@ class AttentionCore(wiring.Component):
         m.submodules.sequencer = seq = HeadSequencer(geom)
         connect(m, loader.loaded, seq.loaded)
         engines, softmaxes, accumulators = self._engines(m, seq.fault)
+        if self._scorers:
+            # The tanh tables are filled as the sequencer takes an additive run, from its
+            # settings; the scores job comes after every projection.
+            ld = loader.loaded
+            for e, sc in enumerate(self._scorers):
+                connect(m, ww.wa_write[e], sc.w_write)
+                m.d.comb += [sc.fill.eq(ld.valid & ld.ready & ld.payload.additive),
+                             sc.tanh_mult.eq(ld.payload.tanh_mult),
+                             sc.tanh_shift.eq(ld.payload.tanh_shift)]
         job_sinks = self._datapath(m, buf, seq, engines, softmaxes, accumulators)
         self._broadcast_jobs(m, seq, job_sinks)
 
@@ -190,6 +202,7 @@ class AttentionCore(wiring.Component):
         cfg, geom = self.cfg, self.geom
         engine_flush = Signal()
         engines, softmaxes, accumulators = [], [], []
+        self._scorers = []
         # The tiled path's E operand is UQ1.Bt (Bt + 1 bits, plus a sign).
         a_width = geom.fmt.operand_bits if geom.tiled else None
         for e in range(geom.E):
@@ -206,6 +219,14 @@ class AttentionCore(wiring.Component):
             else:
                 sm = SoftmaxUnit(cfg)
             m.submodules[f"softmax{e}"] = flushed(sm)
+            if cfg.additive:
+                # the engine's operand and result formats (ScoreSelect passes either)
+                sc = AdditiveScorer(geom.R, geom.C, cfg.additive_lanes, a_width=eng.a_width,
+                                    b_width=eng.b_width, max_m=eng.max_m, max_n=eng.max_n,
+                                    max_k=geom.dk, groups=geom.G, acc_bits=cfg.acc_bits,
+                                    mult_bits=cfg.requant_mult_bits)
+                m.submodules[f"additive{e}"] = flushed(sc)
+                self._scorers.append(sc)
             engines.append(eng)
             softmaxes.append(sm)
         m.d.comb += fault.eq(Cat(*[eng.error for eng in engines]).any())
@@ -238,9 +259,8 @@ class AttentionCore(wiring.Component):
                             getattr(buf, f"{name}_read")[e][i])
             for name in ("w", "v"):
                 connect(m, getattr(fetch, f"{name}_read")[e], getattr(buf, f"{name}_read")[e])
-            connect(m, commands.cmd[e], eng.cmd)
-            connect(m, fetch.a[e], eng.a)
-            connect(m, fetch.b[e], eng.b)
+            result = self._score_route(m, e, commands.cmd[e], fetch.a[e], fetch.b[e], eng,
+                                       run, sinks)
 
             bias = BiasFetch(geom, buf.b_read[e].signature)
             writer = ResultWriter(geom, e, eng.result_layout, buf)
@@ -252,7 +272,7 @@ class AttentionCore(wiring.Component):
             m.submodules[f"prob_writer{e}"] = pwr
             connect(m, bias.b_read, buf.b_read[e])
             connect(m, bias.bias, eng.bias)
-            connect(m, eng.result, writer.result)
+            connect(m, result, writer.result)
             for name, count in (("q", R), ("k", C)):
                 for i in range(count):
                     connect(m, getattr(writer, f"{name}_write")[i],
@@ -295,6 +315,34 @@ class AttentionCore(wiring.Component):
                          seq.feed_idle.eq(every("feed_idle")),
                          seq.attn_tile.ready.eq(every("attn_tile_ready"))]
         return sinks
+
+    def _score_route(self, m, e, cmd, a, b, eng, run, sinks):
+        """Engine ``e``'s command and operands into its matrix engine, or, with an additive
+        scorer, through a :class:`~hw.core.score_select.ScoreSelect`; returns the result
+        stream for the writer."""
+        connect = wiring.connect
+        if not self._scorers:
+            connect(m, cmd, eng.cmd)
+            connect(m, a, eng.a)
+            connect(m, b, eng.b)
+            return eng.result
+        sc = self._scorers[e]
+        sel = ScoreSelect(self.geom, eng, sc)
+        m.submodules[f"score_select{e}"] = sel
+        connect(m, cmd, sel.cmd)
+        connect(m, a, sel.a)
+        connect(m, b, sel.b)
+        connect(m, sel.engine_cmd, eng.cmd)
+        connect(m, sel.engine_a, eng.a)
+        connect(m, sel.engine_b, eng.b)
+        connect(m, eng.result, sel.engine_result)
+        connect(m, sel.scorer_cmd, sc.cmd)
+        connect(m, sel.scorer_a, sc.a)
+        connect(m, sel.scorer_b, sc.b)
+        connect(m, sc.result, sel.scorer_result)
+        m.d.comb += sel.additive.eq(run.additive)
+        sinks.append(sel)
+        return sel.result
 
     def _tile_datapath(self, m, e, buf, seq, writer, feed, pwr, sm, acc):
         """Engine ``e``'s tiled-path blocks: the feed and P writer work on the sequencer's

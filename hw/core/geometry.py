@@ -118,14 +118,24 @@ class CoreGeometry:
         """Width of a run-time length (rows of a sequence)."""
         return self.cfg.seq_len_bits
 
-    # Weight window word layout: 4 matrices of d*d/4 words, then 4 bias vectors of d words.
+    # Weight window word layout: 4 matrices of d*d/4 words, then 4 bias vectors of d words,
+    # then (additive scoring) the heads' w vectors, d_k/4 words per head.
     @property
     def matrix_words(self) -> int:
         return self.d * self.d // 4
 
     @property
-    def window_words(self) -> int:
+    def wa_base(self) -> int:
+        """Word address of the w vectors (additive scoring)."""
         return 4 * self.matrix_words + 4 * self.d
+
+    @property
+    def wa_words(self) -> int:
+        return self.cfg.heads * self.dk // 4 if self.cfg.additive else 0
+
+    @property
+    def window_words(self) -> int:
+        return self.wa_base + self.wa_words
 
     @property
     def window_addr_bits(self) -> int:

@@ -168,6 +168,10 @@ class InputLoader(wiring.Component):
                 for n in ("q", "k", "v", "pv", "o"):
                     for f in ("mult", "shift"):
                         m.d.sync += ld_set[f"rq_{n}_{f}"].eq(st[f"rq_{n}_{f}"])
+                if g.cfg.additive:
+                    m.d.sync += [ld_set.additive.eq(st.additive),
+                                 ld_set.tanh_mult.eq(st.tanh_mult),
+                                 ld_set.tanh_shift.eq(st.tanh_shift)]
                 if enc is not None:
                     m.d.sync += [enc.mode.eq(st.pe_mode), enc.offset.eq(st.pe_offset),
                                  enc.grid_width.eq(st.pe_grid_w), enc.seq_len.eq(seq_len),

@@ -20,7 +20,8 @@ class WeightWindowWriter(wiring.Component):
     Window layout (word addresses, see :mod:`hw.bus.regmap`): 4 matrices ``Wq, Wk, Wv, Wo`` of
     ``d*d/4`` words, torch ``(out, in)`` layout (word ``a`` of a matrix holds elements
     ``4a..4a+3`` of row ``n = 4a // d``), then 4 bias vectors of ``d`` words (a bias word is
-    written whole, ``strb == 0xF``; others are ignored). Row ``n`` belongs to head
+    written whole, ``strb == 0xF``; others are ignored), then with additive scoring the
+    heads' ``w`` vectors, ``d_k / 4`` words per head. Row ``n`` belongs to head
     ``h = n // d_k``, stored by engine ``h % E`` at head group ``h // E``.
 
     Members
@@ -32,6 +33,9 @@ class WeightWindowWriter(wiring.Component):
         + kw`` holds bytes ``4kw..4kw+3`` of column ``tn * C + c``; byte enables from ``strb``.
     b_write : ``In(WritePort.Signature)`` per engine
         Bias buffer writes: lane ``c`` of word ``(vector * G + g) * TN + tn``.
+    wa_write : per engine, configurations with an additive scorer
+        The scorer's ``w_write``: word ``g * d_k / 4 + a`` of the vectors, byte enables from
+        ``strb``.
 
     Latency: a write reaches the buffers two cycles after its ``window.en`` cycle (a decode
     stage, then one register stage per engine by its buffers, loaded only for writes to that
@@ -40,13 +44,16 @@ class WeightWindowWriter(wiring.Component):
     """
 
     def __init__(self, geom: CoreGeometry, w_sig: WritePort.Signature,
-                 b_sig: WritePort.Signature):
+                 b_sig: WritePort.Signature, wa_sig: wiring.Signature | None = None):
         self.geom = geom
-        super().__init__({
+        ports = {
             "window": In(WindowWriteSignature(geom.window_addr_bits)),
             "w_write": In(w_sig).array(geom.E),
             "b_write": In(b_sig).array(geom.E),
-        })
+        }
+        if wa_sig is not None:
+            ports["wa_write"] = In(wa_sig).array(geom.E)
+        super().__init__(ports)
 
     def elaborate(self, platform):
         m = Module()
@@ -75,12 +82,15 @@ class WeightWindowWriter(wiring.Component):
         wd_data, wd_strb = Signal(32, reset_less=True), Signal(4, reset_less=True)
         wd_w_en, wd_b_en = Signal(), Signal()    # a weight / a (whole-word) bias write
         w_is_bias = win.addr >= 4 * g.matrix_words
+        if g.wa_words:
+            w_is_bias = w_is_bias & (win.addr < g.wa_base)
+            self._wa_writes(m, win)
         m.d.sync += [
             wd_w_addr.eq((((wsel * G + hg) * TN + tn) * D4) + kw), wd_w_lane.eq(c),
             wd_w_engine.eq(he),
             wd_b_addr.eq((bsel * G + bhg) * TN + btn), wd_b_lane.eq(bc), wd_b_engine.eq(bhe),
             wd_data.eq(win.data), wd_strb.eq(win.strb),
-            wd_w_en.eq(win.en & ~w_is_bias),
+            wd_w_en.eq(win.en & (win.addr < 4 * g.matrix_words)),
             wd_b_en.eq(win.en & w_is_bias & (win.strb == 0xF)),
         ]
         for e in range(E):
@@ -110,3 +120,27 @@ class WeightWindowWriter(wiring.Component):
                 bp.en.eq(eb_en),
             ]
         return m
+
+    def _wa_writes(self, m, win):
+        """The w vectors: the same two register stages, to the engine of the word's head."""
+        g = self.geom
+        E, hw = g.E, g.dk // 4
+        # (the offset's low bits: a table-sized division; other addresses are not enabled)
+        h, a = divmod_const((win.addr - g.wa_base)[:max(1, (g.wa_words - 1).bit_length())], hw)
+        hg, he = divmod_const(h, E)
+        d_addr = Signal(range(max(2, g.G * hw)), reset_less=True)
+        d_engine = Signal(range(max(E, 2)), reset_less=True)
+        d_data, d_strb = Signal(32, reset_less=True), Signal(4, reset_less=True)
+        d_en = Signal()
+        m.d.sync += [d_addr.eq(hg * hw + a), d_engine.eq(he), d_data.eq(win.data),
+                     d_strb.eq(win.strb), d_en.eq(win.en & (win.addr >= g.wa_base))]
+        for e in range(E):
+            wp = self.wa_write[e]
+            here = d_en & (d_engine == e)
+            e_addr = Signal.like(d_addr, name=f"wa{e}_addr")
+            e_data = Signal.like(d_data, name=f"wa{e}_data")
+            e_en = Signal(4, name=f"wa{e}_en")
+            with m.If(here):
+                m.d.sync += [e_addr.eq(d_addr), e_data.eq(d_data)]
+            m.d.sync += e_en.eq(Mux(here, d_strb, 0))
+            m.d.comb += [wp.en.eq(e_en), wp.addr.eq(e_addr), wp.data.eq(e_data)]

@@ -151,12 +151,38 @@ def _softmax_row_done(cfg, arrivals, beats):
     return out
 
 
-def _pv_stall(cfg, seq, kv, scores_go, pv_go):
-    """Cycles the P.V job starting at ``pv_go`` waits for rows of P, given the scores job
-    that started at ``scores_go``."""
+# From the scores job's go pulse to its command at the engine (or the additive scorer): the
+# command block's job and command registers.
+COMMAND_LATENCY = 2
+
+
+def _additive_scores(cfg, seq, kv, s_go, fill_end):
+    """The additive scores job starting at ``s_go``: (its cycles, the cycle each score row
+    is counted as written). Its command waits for the tanh tables (``filling`` low at
+    ``fill_end``); the scorer takes its first operand beat once the fetch offers it and the
+    command is in its register; :func:`hw.perf.additive.scorer_cycles` then times every
+    result beat."""
+    from hw.perf.additive import scorer_cycles
+    R, C = cfg.array_rows, cfg.array_cols
+    cmd_taken = max(s_go + COMMAND_LATENCY, fill_end)
+    first = max(s_go + FETCH_LATENCY, cmd_taken + 1)
+    out = scorer_cycles(R, C, cfg.additive_lanes, [(seq, kv, cfg.head_dim)])
+    tiles_n = _cdiv(kv, C)
+    rows = []
+    for i in range(seq):
+        tm = i // R
+        rows_t = min(R, seq - tm * R)
+        beat = tm * tiles_n * R + (tiles_n - 1) * rows_t + i % R
+        rows.append(first + out[beat] + 3)     # as _score_row_times: rs, write, count
+    cycles = first - s_go + out[-1] + 1 + (JOB_OVERHEAD - FETCH_LATENCY)
+    return cycles, rows
+
+
+def _pv_stall(cfg, seq, kv, rows_written, pv_go):
+    """Cycles the P.V job starting at ``pv_go`` waits for rows of P, given the cycle each
+    score row is counted as written."""
     R, C = cfg.array_rows, cfg.array_cols
     beats = _cdiv(kv, cfg.softmax_lanes)
-    rows_written = _score_row_times(cfg, seq, kv, scores_go + FETCH_LATENCY)
     # The feeder reads a row once its scores are written, one beat per cycle, rows back to
     # back; the unit sees a beat SCORE_FEED_LATENCY cycles after its read.
     arrivals, free = [], -1 << 30
@@ -206,7 +232,8 @@ def top_latency(cfg: AttentionConfig, seq: int, kv: int | None = None, **kwargs)
 
 def layer_timing(cfg: AttentionConfig, seq: int, kv: int | None = None, *,
                  causal: bool = False, key_len: int | None = None,
-                 pos_enc: str = "off", first_word: int = 0) -> LayerTiming:
+                 pos_enc: str = "off", additive: bool = False,
+                 first_word: int = 0) -> LayerTiming:
     """The model's cycles for one sequence of ``seq`` queries (and ``kv`` keys/values in
     cross mode; self-attention when None). ``causal`` and ``key_len`` (key padding) matter on
     the tiled path only, which skips the key tiles no query of a query tile counts
@@ -214,13 +241,18 @@ def layer_timing(cfg: AttentionConfig, seq: int, kv: int | None = None, *,
     ``"1d"``, ``"2d"``): a configuration with an encoder loads a few cycles longer
     (:func:`encoder_cycles`). ``first_word``: cycles from START to the first input word at
     the core (0: the words wait for START, as in the core's own tests; the top:
-    :func:`top_latency`)."""
+    :func:`top_latency`). ``additive`` is the run's CTRL.ADDITIVE (configurations with an
+    additive scorer): the scores jobs run on the scorer, whose tanh tables are filled from
+    the cycle before the first job."""
     if not 1 <= seq <= cfg.max_seq_len:
         raise ValueError(f"seq = {seq} is out of range: allowed 1..{cfg.max_seq_len}")
     cross = kv is not None
     kv = seq if kv is None else kv
     if not 1 <= kv <= cfg.max_kv_len:
         raise ValueError(f"kv = {kv} is out of range: allowed 1..{cfg.max_kv_len}")
+    if additive and not cfg.additive:
+        raise ValueError(f"additive = True but {cfg.name} builds no additive scorer "
+                         f"(additive_lanes = 0)")
     d, dk = cfg.d_model, cfg.head_dim
     G = _cdiv(cfg.heads, cfg.engines)
     words = (seq + (kv if cross else 0)) * d // 4
@@ -249,9 +281,18 @@ def layer_timing(cfg: AttentionConfig, seq: int, kv: int | None = None, *,
         if t_end > t + sum(c for _, c in tile_jobs):
             jobs.append(("drain", t_end - t - sum(c for _, c in tile_jobs)))
         t = t_end
+    if additive:
+        from hw.perf.additive import fill_cycles
+        fill_end = load - 1 + fill_cycles()
     for g in range(G if not cfg.tiled else 0):
-        s_go = job(f"scores{g}", seq, kv, dk)
-        s = _pv_stall(cfg, seq, kv, s_go, t)
+        if additive:
+            c, rows_written = _additive_scores(cfg, seq, kv, t, fill_end)
+            jobs.append((f"scores{g}", c))
+            t += c
+        else:
+            s_go = job(f"scores{g}", seq, kv, dk)
+            rows_written = _score_row_times(cfg, seq, kv, s_go + FETCH_LATENCY)
+        s = _pv_stall(cfg, seq, kv, rows_written, t)
         stall += s
         job(f"pv{g}", seq, dk, kv, s)
     for g in range(G):

@@ -98,8 +98,9 @@ class AxiLiteTB:
             "seq_len", "kv_len", "key_len", "causal", "weights_valid", "irq",
             "rq_q_mult", "rq_q_shift", "rq_k_mult", "rq_k_shift", "rq_v_mult", "rq_v_shift",
             "rq_pv_mult", "rq_pv_shift", "rq_o_mult", "rq_o_shift", "exp_mult", "exp_shift",
-            "pe_mode") + (("pe_offset", "pe_grid_w", "pe_mult", "pe_shift") if CFG.pos_enc
-                          else ())}
+            "pe_mode", "additive")
+            + (("pe_offset", "pe_grid_w", "pe_mult", "pe_shift") if CFG.pos_enc else ())
+            + (("tanh_mult", "tanh_shift") if CFG.additive else ())}
         out["cross"] = int(cross.value)
         return out
 
