@@ -74,6 +74,7 @@ class AttentionDriver:
                  period_ns: int = 10, strict_monitor: bool = True):
         self.dut, self.cfg = dut, cfg
         self.rmap = build_regmap(cfg)
+        self.additive = False       # the loaded layer's scoring: CTRL.ADDITIVE of its runs
         self.period_ns = period_ns
         self.bus = AxiLiteMaster(dut, dut.clk, "s_axi", reset=dut.rst, delay=bus_delay,
                                  seed=seed)
@@ -123,6 +124,7 @@ class AttentionDriver:
         block RAM and survive a reset), every requantization parameter of ``layer`` (registers:
         a reset clears them) and, with ``commit``, WEIGHTS_COMMIT."""
         layer.check(self.cfg)
+        self.additive = layer.scoring == "additive"     # CTRL.ADDITIVE of the runs
         if weights:
             base = self.rmap.window_base
             resps = await self.bus.write_block(base, pack_window(self.rmap, layer))
@@ -132,6 +134,11 @@ class AttentionDriver:
             assert await self.write(name, value) == RESP_OKAY
         if commit:
             assert await self.write("WEIGHTS_COMMIT", 1) == RESP_OKAY
+
+    def start_bits(self) -> int:
+        """CTRL's START with the loaded layer's scoring (CTRL.ADDITIVE for an additive one),
+        for a raw START without other mode bits."""
+        return ctrl_word(self.rmap, additive=self.additive)
 
     async def clear_status(self):
         await self.write("ERROR_CAUSE", (1 << len(ERROR_CAUSES)) - 1)
@@ -149,7 +156,8 @@ class AttentionDriver:
             await self.write("PE_OFFSET", pe_offset)
             await self.write("PE_GRID_W", grid_width or 0)
         await self.write("CTRL", ctrl_word(self.rmap, causal=causal, cross=cross,
-                                           pos_enc=pos_enc, irq=irq))
+                                           pos_enc=pos_enc,
+                                           additive=self.additive, irq=irq))
 
     async def run(self, x, kv=None, *, causal: bool = False, key_len: int | None = None,
                   pos_enc: str = "off", pe_offset: int = 0, grid_width: int | None = None,

@@ -95,6 +95,9 @@ class RunError(RuntimeError):
 
 def _check(cfg: g.AttentionConfig, layer, sequences) -> list[Sequence]:
     layer.check(cfg)
+    if layer.scoring == "additive" and not cfg.additive:
+        raise ValueError(f"the layer is quantized for additive scoring, but {cfg.name} builds "
+                         f"no additive scorer (additive_lanes = 0)")
     seqs = []
     for i, s in enumerate(sequences):
         if not isinstance(s, Sequence):
@@ -155,7 +158,8 @@ def _run_golden(cfg, layer, seqs) -> list[HostResult]:
     for s in seqs:
         out = s.golden(cfg, layer)
         kv = None if s.kv is None else len(s.kv)
-        mode = dict(causal=s.causal, key_len=s.key_len, pos_enc=s.pos_enc)
+        mode = dict(causal=s.causal, key_len=s.key_len, pos_enc=s.pos_enc,
+                    additive=layer.scoring == "additive")
         t = layer_timing(cfg, len(s.x), kv, **mode)
         results.append(HostResult(out, top_latency(cfg, len(s.x), kv, **mode), None,
                                   t.softmax_stall, None))
@@ -165,11 +169,12 @@ def _run_golden(cfg, layer, seqs) -> list[HostResult]:
 # ---------------------------------------------------------------------------- Verilator
 
 def ctrl_word(rmap, *, causal: bool = False, cross: bool = False, pos_enc: str = "off",
-              irq: bool = False) -> int:
-    """The CTRL value that starts a run: START, the mode bits and ``IRQ_EN`` if ``irq``."""
+              additive: bool = False, irq: bool = False) -> int:
+    """The CTRL value that starts a run: START, the mode bits and ``IRQ_EN`` if ``irq``
+    (``additive``: the loaded layer's scoring)."""
     bit = lambda name: 1 << rmap["CTRL"].field(name).lsb     # noqa: E731
     return (bit("START") | (bit("IRQ_EN") if irq else 0) | (bit("CAUSAL") if causal else 0)
-            | (bit("CROSS") if cross else 0)
+            | (bit("CROSS") if cross else 0) | (bit("ADDITIVE") if additive else 0)
             | PE_MODE_VALUES[pos_enc] << rmap["CTRL"].field("PE_MODE").lsb)
 
 
@@ -191,6 +196,7 @@ class _Program:
     def __init__(self, cfg, script):
         self.cfg, self.s = cfg, script
         self.rmap = build_regmap(cfg)
+        self.additive = False       # the loaded layer's scoring
 
     def addr(self, reg):
         return self.rmap[reg].offset
@@ -199,6 +205,7 @@ class _Program:
         return 1 << self.rmap[reg].field(fld).lsb
 
     def load(self, layer):
+        self.additive = layer.scoring == "additive"
         off, n = self.s.put(pack_window(self.rmap, layer))
         self.s.add("wblock", self.rmap.window_base, off, n)
         for name, value in param_values(self.rmap, layer).items():
@@ -219,7 +226,8 @@ class _Program:
             self.s.add("write", self.addr("PE_OFFSET"), seq.pe_offset)
             self.s.add("write", self.addr("PE_GRID_W"), seq.grid_width or 0)
         self.s.add("write", self.addr("CTRL"), ctrl_word(
-            self.rmap, causal=seq.causal, cross=cross, pos_enc=seq.pos_enc, irq=irq))
+            self.rmap, causal=seq.causal, cross=cross, pos_enc=seq.pos_enc,
+            additive=self.additive, irq=irq))
         self.expect_ok(tag)
         self.s.add("send", *self.s.put(pack_rows(seq.x)))
         if cross:

@@ -25,9 +25,11 @@ def whole_top_configs(tiny: g.AttentionConfig) -> dict[str, g.AttentionConfig]:
         # two head engines in parallel; the 1-D positional encoding on a 20-position table
         "tiny-2eng": tiny.replace(name="tiny-2eng", engines=2, pos_enc=["1d"],
                                   max_position=20),
-        # non-square array, two softmax lanes, longer sequences; both positional encodings
+        # non-square array, two softmax lanes, longer sequences; both positional encodings;
+        # an additive scorer of 3 lanes (its layers are quantized for additive scores)
         "narrow": tiny.replace(name="narrow", array_rows=2, array_cols=4, softmax_lanes=2,
-                               max_seq_len=12, max_kv_len=10, pos_enc=["1d", "2d"]),
+                               max_seq_len=12, max_kv_len=10, pos_enc=["1d", "2d"],
+                               additive_lanes=3),
         # the key/value-tiled path: two query tiles (8 + 4 rows) by three key tiles at the
         # longest lengths, two engines; single input and output buffers, biases in LUT RAM
         "tiled": tiny.replace(name="tiled", engines=2, max_seq_len=12, max_kv_len=12,
@@ -73,9 +75,11 @@ def pos_enc_specs(cfg: g.AttentionConfig) -> list[dict]:
     return out
 
 
-def make_layer(cfg: g.AttentionConfig, seed: int = 0, scoring: str = "dot"):
+def make_layer(cfg: g.AttentionConfig, seed: int = 0, scoring: str | None = None):
     """(FloatLayer, QuantizedLayer, rng) for ``cfg``, quantized for ``scoring`` ("dot" or
-    "additive")."""
+    "additive"; default: additive where the configuration builds an additive scorer)."""
+    if scoring is None:
+        scoring = "additive" if cfg.additive else "dot"
     rng = np.random.default_rng(seed)
     fl = g.random_float_layer(cfg, rng, additive=scoring == "additive")
     calib = rng.normal(0.0, 1.0, (4 * max(cfg.max_seq_len, 8), cfg.d_model))
@@ -87,8 +91,9 @@ def make_layer(cfg: g.AttentionConfig, seed: int = 0, scoring: str = "dot"):
                                 scoring=scoring), rng
 
 
-def make_case(cfg: g.AttentionConfig, seed: int, specs: list[dict], scoring: str = "dot"):
-    """A quantized layer (for ``scoring``) and one run per spec.
+def make_case(cfg: g.AttentionConfig, seed: int, specs: list[dict],
+              scoring: str | None = None):
+    """A quantized layer (for ``scoring``, as :func:`make_layer`) and one run per spec.
 
     A spec has ``seq`` (query rows), optional ``kv`` (rows of a second sequence: cross mode),
     ``causal``, ``key_len`` and the positional encoding's ``pos_enc`` (``"off"``, ``"1d"``,

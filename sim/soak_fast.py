@@ -80,7 +80,8 @@ class _Epoch:
         self.cmd("write", p.addr("KEY_LEN"), run.get("key_len") or 0)
         self.cmd("write", p.addr("CTRL"), p.bit("CTRL", "START") | p.bit("CTRL", "IRQ_EN")
                  | (p.bit("CTRL", "CAUSAL") if run["causal"] else 0)
-                 | (p.bit("CTRL", "CROSS") if cross else 0) | ctrl_extra)
+                 | (p.bit("CTRL", "CROSS") if cross else 0)
+                 | (p.bit("CTRL", "ADDITIVE") if p.additive else 0) | ctrl_extra)
 
     def send(self, words):
         self.cmd("send", *self.s.put(words))
@@ -182,7 +183,8 @@ class _Epoch:
         p = self.p
         run = draw_run(self.cfg, self.layer, rng, nrng, cross_ok=False)
         ev["stalls"] = self.stalls(rng)
-        lat = layer_timing(self.cfg, len(run["x"])).latency
+        lat = layer_timing(self.cfg, len(run["x"]),
+                           additive=self.layer.scoring == "additive").latency
         # Cycles after START: while the input arrives, the arrays compute or the output leaves.
         ev["after"] = rng.randint(1, int(lat * 1.1))
         self.program(run)

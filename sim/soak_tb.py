@@ -149,7 +149,7 @@ class Soak:
         await drv.write("SEQ_LEN", len(run["x"]))
         await drv.write("KV_LEN", 0)
         await drv.write("KEY_LEN", run["key_len"] or 0)
-        await drv.write("CTRL", drv.bit("CTRL", "START")
+        await drv.write("CTRL", drv.start_bits()
                         | (drv.bit("CTRL", "CAUSAL") if run["causal"] else 0))
 
     async def ev_busy_misuse(self, rng, nrng) -> dict:
@@ -158,7 +158,7 @@ class Soak:
         await self.start_self(run)
         # The input buffer holds this sequence until its input has arrived: START is refused
         # (START_READY low), and the window write is dropped (BUSY).
-        await drv.write("CTRL", drv.bit("CTRL", "START"))
+        await drv.write("CTRL", drv.start_bits())
         await drv.bus.write(drv.rmap.window_base, rng.getrandbits(32))
         names = cause_names(await drv.read("ERROR_CAUSE"))
         drv.monitor.expect_packet(len(run["x"]) * drv.out_words)
@@ -202,7 +202,8 @@ class Soak:
         beats = drv.monitor.beats
         out0 = beats["m_axis"]
         send = cocotb.start_soon(drv.source.send(words))
-        lat = layer_timing(self.cfg, len(run["x"])).latency
+        lat = layer_timing(self.cfg, len(run["x"]),
+                           additive=self.layer.scoring == "additive").latency
         if phase == "load":
             target = beats["s_axis"] + max(1, len(words) // 2)
             while beats["s_axis"] < target and not send.done():

@@ -536,8 +536,9 @@ def pack_window(rmap: RegisterMap, layer) -> list[int]:
 def param_values(rmap: RegisterMap, layer) -> dict[str, int]:
     """Register name -> value of every requantization/exponent parameter of ``layer``."""
     out = {}
-    if getattr(layer, "scoring", "dot") != "dot":
-        raise ValueError(f"the layer is quantized for {layer.scoring} scoring; the hardware "
+    if getattr(layer, "scoring", "dot") != "dot" and "TANH_MULT" not in rmap:
+        raise ValueError(f"the layer is quantized for {layer.scoring} scoring; the "
+                         f"configuration builds no additive scorer (additive_lanes = 0): it "
                          f"scores by dot product only")
     if getattr(layer, "per_channel", False):
         raise ValueError("the layer requantizes per output channel; the hardware has one "
