@@ -233,4 +233,12 @@ def import_layer(path, layer_index: int | None = None,
             w[k] = _tensor(tensors, names[k], (d, d), path)
         for k in ("bq", "bk", "bv", "bo"):
             w[k] = _tensor(tensors, names[k], (d,), path)
+    # Additive scoring's vectors w_h, (heads, head_dim) with heads * head_dim = d_model, under
+    # the layer's prefix as "wa" (any naming): optional.
+    if prefix + "wa" in tensors:
+        shape = np.shape(tensors[prefix + "wa"])
+        if len(shape) != 2 or shape[0] * shape[1] != d:
+            raise CheckpointError(f"{path}: {prefix}wa has shape {shape}, expected (heads, "
+                                  f"head_dim) with heads * head_dim = {d}")
+        w["wa"] = _tensor(tensors, prefix + "wa", shape, path)
     return ImportedLayer(FloatLayer(**w), naming, prefix, _layer_number(prefix), d)

@@ -299,6 +299,13 @@ def _bench_layer(cfg, args) -> int:
     _need("--scaling", args.scaling, 1, cfg.heads)
     others = [cfg.replace(engines=e) for e in sorted(set(args.scaling) - {cfg.engines})]
     lengths = args.seq or sorted({16, 32, 64, top} & set(range(1, top + 1)))
+    if args.what == "scoring":
+        from sim.bench.layer import report_scoring
+        if not cfg.additive:
+            raise UsageError(f"--what scoring: {cfg.name} builds no additive scorer "
+                             f"([scoring] additive_lanes = 0)")
+        report_scoring(cfg, lengths, Path(args.out))
+        return 0
     if args.harness:
         from sim.bench.layer import report_layer_harness
         report_layer_harness(cfg, lengths, Path(args.out))
@@ -312,6 +319,8 @@ def cmd_bench(args) -> int:
     _need("--rows", args.rows, 2)
     _need("--lanes", args.lanes, 1, 16)
     what = ("matmul", "softmax", "layer") if args.what == "all" else (args.what,)
+    if "scoring" in what:
+        return _bench_layer(cfg, args)
     if "layer" in what:        # check the layer's options before hours of simulation
         _need("--seq", args.seq, 1, min(cfg.max_seq_len, cfg.max_kv_len))
         _need("--scaling", args.scaling, 1, cfg.heads)
@@ -335,8 +344,11 @@ def cmd_perf(args) -> int:
         print(f"{'seq':>5} {'load':>7} {'compute':>9} {'stall':>6} {'stream':>7} "
               f"{'latency':>9} {'interval':>9} {'ideal':>9} {'util':>6}"
               + (f" {'causal':>9} {'speed-up':>8}" if cfg.tiled else ""))
+        if args.additive and not cfg.additive:
+            raise UsageError(f"--additive: {cfg.name} builds no additive scorer ([scoring] "
+                             f"additive_lanes = 0)")
         for n in lengths:
-            lt = layer_timing(cfg, n)
+            lt = layer_timing(cfg, n, additive=args.additive)
             line = (f"{n:>5} {lt.load:>7} {lt.compute:>9} {lt.softmax_stall:>6} {lt.stream:>7} "
                     f"{lt.latency:>9} {lt.interval:>9} {lt.ideal:>9.0f} {lt.utilization:>6.1%}")
             if cfg.tiled:
@@ -541,6 +553,7 @@ def cmd_run(args) -> int:
                         calib_path=Path(args.calib) if args.calib else None,
                         layer_index=args.layer_index, percentile=args.percentile,
                         layer_prefix=args.layer_prefix, pos_enc=args.pos_enc,
+                        scoring=args.scoring,
                         pe_offset=args.pe_offset, grid_width=args.grid_width)
     except LayerFileError as e:
         raise UsageError(str(e)) from None
@@ -635,7 +648,10 @@ def _args_accuracy(p) -> None:
 
 
 def _args_bench(p) -> None:
-    p.add_argument("--what", default="all", choices=("matmul", "softmax", "layer", "all"))
+    p.add_argument("--what", default="all",
+                   choices=("matmul", "softmax", "layer", "scoring", "all"),
+                   help="scoring: dot-product against additive layers through the Verilator "
+                   "harness (a configuration with [scoring] additive_lanes)")
     p.add_argument("--rows", type=int, default=16, help="softmax: rows back to back (16)")
     p.add_argument("--lanes", type=int, nargs="+", default=[1, 2, 4],
                    help="softmax: lane counts (1 2 4)")
@@ -655,6 +671,8 @@ def _args_perf(p) -> None:
                    help="layer: cycle model per length; softmax: the unit's; memory: block "
                         "RAM per buffer")
     p.add_argument("--seq", type=int, nargs="+", default=None, help="layer: sequence lengths")
+    p.add_argument("--additive", action="store_true",
+                   help="layer: runs with additive scores (CTRL.ADDITIVE)")
     p.add_argument("--rows", type=int, default=64, help="softmax: rows back to back (64)")
 
 
@@ -675,6 +693,10 @@ def _args_run(p) -> None:
                    help="positional encoding added to x on chip (CTRL.PE_MODE; a "
                    "configuration with [posenc] pos_enc); the calibration and the float "
                    "reference add it too")
+    p.add_argument("--scoring", default="dot", choices=("dot", "additive"),
+                   help="additive: Bahdanau scores w_h . tanh(q + k) (CTRL.ADDITIVE; a "
+                   "configuration with [scoring] additive_lanes; the layer file holds wa "
+                   "(heads, head_dim))")
     p.add_argument("--pe-offset", type=int, default=0,
                    help="PE_OFFSET: the first row's position (2-D: its grid row)")
     p.add_argument("--grid-width", type=int, default=None,

@@ -74,6 +74,10 @@ def load_float_layer(cfg: g.AttentionConfig, path: Path,
         raise LayerFileError(f"{path}: the {imp.naming} layer{where} has d_model "
                              f"{imp.d_model}, the configuration {cfg.name} has d_model "
                              f"{cfg.d_model}")
+    wa = imp.layer.wa
+    if wa is not None and wa.shape != (cfg.heads, cfg.head_dim):
+        raise LayerFileError(f"{path}: wa has shape {wa.shape}, the configuration {cfg.name} "
+                             f"has {cfg.heads} heads of {cfg.head_dim}")
     return imp.layer
 
 
@@ -212,7 +216,7 @@ def run_float(cfg: g.AttentionConfig, layer_path: Path, input_path: Path, *,
               idle: float = 0.0, backpressure: float = 0.0,
               calib_path: Path | None = None, layer_index: int | None = None,
               percentile: float | None = None, layer_prefix: str | None = None,
-              pos_enc: str = "off", pe_offset: int = 0,
+              pos_enc: str = "off", pe_offset: int = 0, scoring: str = "dot",
               grid_width: int | None = None) -> RunReport:
     """Quantize the float layer of ``layer_path`` (on ``calib_path``, else on the input), run
     the input of ``input_path`` on ``sim`` and compare with the float64 reference.
@@ -223,6 +227,11 @@ def run_float(cfg: g.AttentionConfig, layer_path: Path, input_path: Path, *,
 
     if causal and not cfg.causal_mask:
         raise LayerFileError("--causal given but the configuration has causal_mask = false")
+    if scoring not in ("dot", "additive"):
+        raise LayerFileError(f"--scoring {scoring}: allowed dot, additive")
+    if scoring == "additive" and not cfg.additive:
+        raise LayerFileError(f"--scoring additive: the configuration {cfg.name} builds no "
+                             f"additive scorer ([scoring] additive_lanes = 0)")
     if pos_enc != "off" and pos_enc not in cfg.pos_enc:
         raise LayerFileError(f"--pos-enc {pos_enc}: the configuration builds "
                              f"{', '.join(cfg.pos_enc) or 'no positional encoder'} "
@@ -230,6 +239,9 @@ def run_float(cfg: g.AttentionConfig, layer_path: Path, input_path: Path, *,
     if pos_enc == "2d" and not grid_width:
         raise LayerFileError("--pos-enc 2d needs --grid-width (the grid's width in rows)")
     fl = load_float_layer(cfg, layer_path, layer_index, layer_prefix)
+    if scoring == "additive" and fl.wa is None:
+        raise LayerFileError(f"--scoring additive: {layer_path} holds no wa (heads, head_dim) "
+                             f"vectors of additive scoring")
     inp = load_input(cfg, input_path)
     _check_encoding(cfg, len(inp.x), pos_enc, pe_offset, grid_width)
     cross = inp.kv is not None
@@ -242,7 +254,7 @@ def run_float(cfg: g.AttentionConfig, layer_path: Path, input_path: Path, *,
     try:
         layer = g.quantize_layer(cfg, fl, cx, ckv, causal=causal, key_len=lens,
                                  pos_enc=None if pos_enc == "off" else (pos_enc, grid_width),
-                                 **est)
+                                 scoring=scoring, **est)
     except ValueError as e:     # e.g. a scale the requantizer cannot express
         raise LayerFileError(f"cannot quantize the layer on this calibration data: {e}") \
             from None
@@ -258,7 +270,7 @@ def run_float(cfg: g.AttentionConfig, layer_path: Path, input_path: Path, *,
         first = pe_offset * grid_width if pos_enc == "2d" else pe_offset
         pe = encoding_float(len(inp.x), cfg.d_model, pos_enc, first, grid_width)
     y_ref = g.attention_float(cfg, fl, inp.x, inp.kv, causal=causal, key_len=inp.key_len,
-                              pos_enc=pe)
+                              pos_enc=pe, scoring=scoring)
     num = (y * y_ref).sum(axis=1)
     den = np.linalg.norm(y, axis=1) * np.linalg.norm(y_ref, axis=1)
     # Both rows zero: equal (1); one of them zero: nothing in common (0).

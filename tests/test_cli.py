@@ -154,6 +154,21 @@ def test_unknown_command_and_range_message(capsys):
              "allowed 1..8")
 
 
+def test_additive_model_and_benchmark_need_a_scorer(capsys):
+    """perf --additive and bench --what scoring on a configuration without an additive
+    scorer: named errors; on one with a scorer the model prints the additive layer."""
+    _refused(capsys, ["perf", "--config", TINY, "--additive"], "--additive: tiny builds no "
+             "additive scorer")
+    _refused(capsys, ["bench", "--what", "scoring", "--config", TINY], "--what scoring: tiny "
+             "builds no additive scorer")
+    add = str(REPO_ROOT / "configs" / "default-additive.toml")
+    assert main(["perf", "--config", add, "--additive", "--seq", "16"]) == 0
+    line = capsys.readouterr().out.splitlines()[-1].split()
+    from hw.perf.layer import layer_timing
+    import golden as g
+    assert int(line[5]) == layer_timing(g.load_config(add), 16, additive=True).latency
+
+
 def test_errors_from_the_module_entry_point(tmp_path):
     """python -m hw as a process: one error line, status 2, no traceback."""
     proc = subprocess.run([sys.executable, "-m", "hw", "vectors", "--config",
@@ -171,15 +186,15 @@ def test_default_config_is_the_repository_one(capsys, tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------------------- python -m hw run
 
-def _float_files(tmp_path, rows=6, mask=None, d=16, **extra):
+def _float_files(tmp_path, rows=6, mask=None, d=16, additive=False, **extra):
     import numpy as np
     import golden as g
     cfg = g.load_config(TINY)
     rng = np.random.default_rng(2)
-    fl = g.random_float_layer(cfg, rng)
+    fl = g.random_float_layer(cfg, rng, additive=additive)
     w = tmp_path / "W.npz"
     np.savez(w, Wq=fl.wq, Wk=fl.wk, Wv=fl.wv, Wo=fl.wo, bq=fl.bq, bk=fl.bk, bv=fl.bv,
-             bo=fl.bo)
+             bo=fl.bo, **({"wa": fl.wa} if additive else {}))
     x = tmp_path / "X.npz"
     arrays = {"x": rng.normal(size=(rows, d)), **extra}
     if mask is not None:
@@ -360,3 +375,29 @@ def test_synth_blocks_tile_softmax_options_refused(capsys):
              "--kv-tile 0 is out of range: allowed 1..64")
     _refused(capsys, ["synth-blocks", "--what", "tile-softmax", "--rows", "65"],
              "--rows 65 is out of range: allowed 1..64")
+
+
+def test_run_with_additive_scoring(capsys, tmp_path):
+    """--scoring additive on a configuration with a scorer, on both harnesses' golden
+    stand-in: a high cosine against the float64 additive layer; without wa in the file, or
+    on a configuration without a scorer, a named error and nothing written."""
+    import numpy as np
+    import golden as g
+    conf = tmp_path / "add.toml"
+    conf.write_text(g.load_config(TINY).replace(additive_lanes=4).to_toml())
+    w, x = _float_files(tmp_path, rows=6, additive=True)
+    out = tmp_path / "Y.npz"
+    assert main(["run", "--config", str(conf), "--layer", str(w), "--input", str(x),
+                 "--sim", "golden", "--scoring", "additive", "--out", str(out)]) == 0
+    capsys.readouterr()
+    with np.load(out) as y:
+        assert y["row_cosine"].min() > 0.98
+    (tmp_path / "plain").mkdir()
+    plain, _ = _float_files(tmp_path / "plain", rows=6)
+    for args, needle in (
+            (["--config", str(conf), "--layer", str(plain)], "holds no wa (heads, head_dim)"),
+            (["--config", str(TINY), "--layer", str(w)], "builds no additive scorer")):
+        bad = tmp_path / "bad.npz"
+        _refused(capsys, ["run", *args, "--input", str(x), "--sim", "golden", "--scoring",
+                          "additive", "--out", str(bad)], needle)
+        assert not bad.exists()

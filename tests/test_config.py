@@ -60,6 +60,19 @@ def test_invalid_config_names_field(changes, field):
         AttentionConfig(**changes)
 
 
+@pytest.mark.parametrize("changes, needle", [
+    (dict(additive_lanes=17), "additive_lanes = 17 is out of range: allowed 0..16"),
+    (dict(additive_lanes=-1), "additive_lanes = -1 is out of range"),
+    (dict(additive_lanes=2, kv_tile=4, q_tile=4), "whole-row path only (allowed kv_tile = 0)"),
+    (dict(additive_lanes=2, head_dim=6, d_model=12, heads=2),
+     "head_dim = 6 must be a multiple of 4 with additive_lanes"),
+])
+def test_additive_scorer_limits(changes, needle):
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        AttentionConfig(**changes)
+    assert AttentionConfig(additive_lanes=16).additive and not AttentionConfig().additive
+
+
 def test_accumulator_too_narrow_names_product_and_width():
     with pytest.raises(ConfigError, match=r"acc_bits = 16 is too narrow.*projection"):
         AttentionConfig(acc_bits=16, bias_bits=16, requant_mult_bits=16)

@@ -722,5 +722,16 @@ def regmap_markdown(cfg: AttentionConfig) -> str:
         "arrives (both packets of a cross run), so a host may send it before reading "
         "STATUS or not at all: the next START ends the discarding and loads from the next "
         "word.", "",
+        "## Additive scoring", "",
+        "A configuration with `[scoring] additive_lanes` (1..array_rows * array_cols) builds "
+        "an additive scorer beside each engine: with `CTRL.ADDITIVE` a run scores "
+        "`sum_d w_h[d] tanh(q_i[d] + k_j[d])` instead of `q_i . k_j` (then the same masks, "
+        "softmax and P.V). It adds the window region `WA` after the biases (the heads' `w` "
+        "vectors, int8, `(heads, head_dim)` row-major, four to a word) and two layer "
+        "parameters, `TANH_MULT` and `TANH_SHIFT` (0x094, 0x098: `(q + k) TANH_MULT >> "
+        "TANH_SHIFT`, rounded, is the tanh argument with 10 fraction bits), written with the "
+        "`RQ_*` registers and guarded like them. `CONFIG3.ADDITIVE_LANES` says what is built. "
+        "START with `CTRL.ADDITIVE` on a configuration without a scorer, or with "
+        "`TANH_SHIFT` outside 1..62, is refused with `BAD_SCORING`.", "",
     ]
     return "\n".join(out)

@@ -251,3 +251,46 @@ def report_layer_harness(cfg, lengths, out: Path) -> None:
               f"{r.get('causal_cycles', 0):>8} {r.get('model_causal_cycles', 0):>8} "
               f"{r.get('causal_speedup', 0):>8.2f}")
     print(f"wrote {out}")
+
+
+def report_scoring(cfg, lengths, out: Path) -> None:
+    """Dot-product against additive scores on one configuration with an additive scorer,
+    through the Verilator C++ harness: per length one sequence of each on an idle engine
+    (CYCLES less the top's constant ``TOP_CYCLES``) against the cycle model, every output
+    checked against the golden model."""
+    import numpy as np
+
+    import golden as g
+    from hw.perf.layer import TOP_CYCLES, top_latency
+    from sim.host import Sequence, run_layer
+    from sim.layers import make_case
+
+    if not cfg.additive:
+        raise ValueError(f"{cfg.name} builds no additive scorer ([scoring] additive_lanes)")
+    runs = []
+    for n in lengths:
+        r = {"seq_len": n}
+        for scoring in ("dot", "additive"):
+            layer, cases = make_case(cfg, n, [dict(seq=n)], scoring=scoring)
+            res = run_layer(cfg, layer, [Sequence(cases[0]["x"])])[0]
+            if not np.array_equal(res.out, g.attention_int(cfg, layer, cases[0]["x"])):
+                raise AssertionError(f"seq {n}, {scoring} scores: wrong output")
+            additive = scoring == "additive"
+            r[f"{scoring}_cycles"] = res.cycles - TOP_CYCLES
+            r[f"{scoring}_model"] = top_latency(cfg, n, additive=additive) - TOP_CYCLES
+            jobs = dict(layer_timing(cfg, n, additive=additive).jobs)
+            r[f"{scoring}_scores_job"] = jobs["scores0"]
+        r["ratio"] = round(r["additive_cycles"] / r["dot_cycles"], 3)
+        runs.append(r)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"config": cfg.name, "additive_lanes": cfg.additive_lanes,
+                               "simulator": "verilator harness", "runs": runs}, indent=2))
+    print(f"{cfg.name}: {cfg.engines} engines x {cfg.array_rows}x{cfg.array_cols} PEs, additive "
+          f"scorer of {cfg.additive_lanes} lanes, Verilator harness (CYCLES - {TOP_CYCLES})")
+    print(f"{'seq':>5} {'dot':>8} {'model':>8} {'additive':>9} {'model':>8} {'ratio':>6} "
+          f"{'scores job: dot':>16} {'additive':>9}")
+    for r in runs:
+        print(f"{r['seq_len']:>5} {r['dot_cycles']:>8} {r['dot_model']:>8} "
+              f"{r['additive_cycles']:>9} {r['additive_model']:>8} {r['ratio']:>6.2f} "
+              f"{r['dot_scores_job']:>16} {r['additive_scores_job']:>9}")
+    print(f"wrote {out}")
