@@ -288,7 +288,7 @@ def test_additive_scoring(lanes, stalls):
         check_outputs(cfg, layer, run, words)
         if not stalls:
             check_cycle_model(cfg, run, counters)
-    dot, dot_runs = make_case(cfg, seed=32, specs=specs[:3])
+    dot, dot_runs = make_case(cfg, seed=32, specs=specs[:3], scoring="dot")
     for run, (words, err, counters) in zip(dot_runs, run_core(cfg, dot, dot_runs)):
         assert err is None
         check_outputs(cfg, dot, run, words)

@@ -283,5 +283,9 @@ def test_additive_layer_is_refused_by_the_register_map():
     q = quantize_layer(cfg, random_float_layer(cfg, rng, additive=True),
                        rng.normal(size=(8, 16)), scoring="additive")
     assert set(q.arrays()) >= {"wa", "tanh_mult", "tanh_shift"}
-    with pytest.raises(ValueError, match="additive scoring; the hardware scores by dot product"):
+    with pytest.raises(ValueError, match="additive scoring; the configuration builds no "
+                                         "additive scorer"):
         param_values(build_regmap(cfg), q)
+    # With a scorer the layer's TANH_* parameters are register values.
+    values = param_values(build_regmap(cfg.replace(additive_lanes=4)), q)
+    assert (values["TANH_MULT"], values["TANH_SHIFT"]) == (q.tanh_mult, q.tanh_shift)

@@ -39,7 +39,7 @@ CFG = load_config(os.environ.get("AXIL_CONFIG", str(REPO_ROOT / "configs" / "tin
 SEED = int(os.environ.get("AXIL_SEED", "1"))
 DELAY = float(os.environ.get("AXIL_DELAY", "0"))
 RMAP = build_regmap(CFG)
-N_CAUSES = 13
+N_CAUSES = 14
 SHIFTS = [off for off, name in PARAMS.items() if name.endswith("shift")]   # valid: 1..62
 
 
