@@ -115,6 +115,12 @@ def test_fields_as_specified():
     assert add["TANH_SHIFT"].fields[0].guard.value == "layer"
     wa = add.region("WA")
     assert wa.shape == (2, 8) and wa.size == 16 and wa.offset == rmap.window_size
+    cfg_add = cfg_of("tiny").replace(additive_lanes=3)
+    header = regmap_c_header(cfg_add)
+    assert f"#define ATTN_WINDOW_WA_OFFSET 0x{wa.offset:08X}u" in header
+    assert "#define ATTN_TANH_SHIFT_OFFSET 0x098u" in header
+    assert "#define ATTN_CFG_ADDITIVE_LANES 3u" in header
+    assert any(g["name"] == "WA" for g in json.loads(regmap_json(cfg_add))["window"]["regions"])
     wide = build_regmap(cfg_of("tiny").replace(exp_mult_bits=20, requant_mult_bits=24))
     assert wide["EXP_MULT"].fields[0].width == 20 and wide["RQ_V_MULT"].fields[0].width == 24
 
