@@ -1,5 +1,5 @@
 """Additive (Bahdanau) attention scoring in integers: ``score(i, j) = sum_d w[d] tanh(q_i[d] +
-k_j[d])`` per head, the golden model of the (not yet built) additive scoring hardware.
+k_j[d])`` per head, the golden model of the additive scorer (``hw/blocks/additive.py``).
 
 Formats (docs/numerics.md, "Additive scoring"):
 

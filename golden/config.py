@@ -168,7 +168,8 @@ class AttentionConfig:
         need("weight_bits", 8, 8, "32-bit weight-window words carry four 8-bit weights")
         need("prob_bits", 2, 8, "probabilities are the 8-bit P operand of P.V")
         need("acc_bits", 8, 48)
-        need("bias_bits", 1, self.acc_bits, "at most acc_bits")
+        need("bias_bits", 1, min(32, self.acc_bits),
+             "at most acc_bits, and a bias is one 32-bit weight-window word")
         need("requant_mult_bits", 2, min(31, 62 - self.acc_bits),
              "the requantization product acc * multiplier must fit 62 bits")
 
@@ -290,8 +291,8 @@ class AttentionConfig:
     def _check_additive(self, need):
         """The additive scorer's limits (``additive_lanes`` > 0 builds one per engine)."""
         R, C = self.array_rows, self.array_cols
-        need("additive_lanes", 0, R * C, f"tanh terms per cycle and engine, at most "
-             f"array_rows * array_cols; 0 builds no additive scorer")
+        need("additive_lanes", 0, min(255, R * C), f"tanh terms per cycle and engine, at "
+             f"most array_rows * array_cols (and 255); 0 builds no additive scorer")
         if not self.additive_lanes:
             return
         if self.kv_tile:

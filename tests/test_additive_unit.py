@@ -34,11 +34,12 @@ def expected(q, k, w, mult, shift, R, C):
 
 
 def run(R, C, lanes, products, *, groups=2, idle=0.0, bp=0.0, seed=0, mult=20000, shift=12,
-        max_k=16):
+        max_k=16, mult_bits=16):
     """Fill the table, write each group's w, then run ``products`` (list of (q, k, lh));
     returns (result beats, cycles from the first command to each product's last beat,
     cycle of the fill's end)."""
-    dut = AdditiveScorer(R, C, lanes, max_m=16, max_n=16, max_k=max_k, groups=groups)
+    dut = AdditiveScorer(R, C, lanes, max_m=16, max_n=16, max_k=max_k, groups=groups,
+                         mult_bits=mult_bits)
     rng = np.random.default_rng(seed)
     ws = rng.integers(-128, 128, size=(groups, max_k))
     a_all, b_all, want = [], [], []
@@ -112,6 +113,16 @@ def test_extremes_and_settings():
         q = np.full((4, 6), -128)
         k = np.concatenate([np.full((2, 6), -128), np.full((2, 6), 127)])
         run(4, 4, 4, [(q, k, 0), (-q - 1, k, 1)], mult=mult, shift=shift)
+
+
+@pytest.mark.parametrize("mult_bits,mult,shift", [(3, 7, 1), (3, 5, 3), (24, 0xFFFFFF, 8),
+                                                   (30, (1 << 30) - 1, 1)])
+def test_multiplier_widths(mult_bits, mult, shift):
+    """TANH_MULT widths whose argument is narrower than the tanh unit takes (sign-extended)
+    or wider (saturated): still the golden model's scores."""
+    q = np.array([[-128, -3, 0, 5], [127, 64, -64, 1]])
+    k = np.array([[-128, 3, 0, -5], [127, -1, 2, 3], [0, 0, 0, 0]])
+    run(2, 2, 2, [(q, k, 0)], mult=mult, shift=shift, max_k=4, mult_bits=mult_bits)
 
 
 @pytest.mark.parametrize("R,C,lanes,shapes", CASES)

@@ -198,10 +198,12 @@ def test_stream_errors_then_recovery():
     check_outputs(cfg, layer, runs[1], results[3][0])
 
 
-def test_engine_fault_abandons_run():
+@pytest.mark.parametrize("scoring", ["dot", "additive"])
+def test_engine_fault_abandons_run(scoring):
     """A command the engines reject (here: a V shift of 0, which the registers would have
-    refused at START) ends the run with ENGINE_FAULT instead of a hang; the next run is right."""
-    cfg = TINY
+    refused at START) ends the run with ENGINE_FAULT instead of a hang; the next run is right
+    (with additive scores too: the flushed scorer refills its tables)."""
+    cfg = TINY.replace(additive_lanes=4) if scoring == "additive" else TINY
     layer, runs = make_case(cfg, seed=5, specs=[dict(seq=6), dict(seq=6, causal=True)])
     results = run_core(cfg, layer, [dict(runs[0], bad_shift=True), runs[1]])
     assert results[0][1] == 1 << ERROR_CAUSES["ENGINE_FAULT"]

@@ -209,3 +209,11 @@ def test_pos_enc_round_trips_in_canonical_order(tmp_path):
     path.write_text(cfg.to_toml())
     assert load_config(path) == cfg
     assert cfg.replace(max_position=0).positions == cfg.max_seq_len
+
+
+def test_bias_is_one_window_word():
+    """bias_bits > 32 would need two window words per bias, which the hardware does not
+    decode: refused by name."""
+    with pytest.raises(ConfigError, match=re.escape("bias_bits = 40 is out of range: allowed "
+                                                    "1..32")):
+        AttentionConfig(acc_bits=44, bias_bits=40)

@@ -151,7 +151,10 @@ class AdditiveScorer(wiring.Component):
     def _tables(self, m):
         """The per-lane tanh tables and their fill; returns the tables' read ports."""
         T = TANH_BITS + 1
-        m.submodules.tanh = tanh = TanhUnit(1, arg_bits=9 + len(self.tanh_mult) + 1)
+        # The tanh unit takes 14..32-bit arguments: a product narrower than 14 bits is
+        # sign-extended, a wider one saturated (any |a| >= 8.0, 2^13, gives +-127 already).
+        arg_bits = min(32, max(14, 9 + len(self.tanh_mult) + 1))
+        m.submodules.tanh = tanh = TanhUnit(1, arg_bits=arg_bits)
         # z * tanh_mult by accumulation over z = -256 .. 255 (one step per cycle), then the
         # rounding shift into the tanh unit; its result is written LATENCY cycles later.
         mb = len(self.tanh_mult)
@@ -172,7 +175,8 @@ class AdditiveScorer(wiring.Component):
         half = Signal(signed(len(prod)), reset_less=True)
         arg = Signal(signed(len(prod)), reset_less=True)
         m.d.sync += [half.eq(prod >> sm1), arg.eq((half + 1) >> 1)]
-        m.d.comb += tanh.a[0].eq(arg)
+        hi = (1 << (arg_bits - 1)) - 1
+        m.d.comb += tanh.a[0].eq(Mux(arg > hi, hi, Mux(arg < -hi, -hi, arg)))
         lat = 2 + TanhUnit.LATENCY
         valid = Signal(lat)            # write enables, as a shift register
         addrs = [Signal(9, name=f"fill_addr{i}", reset_less=True) for i in range(lat)]

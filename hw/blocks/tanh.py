@@ -36,9 +36,9 @@ class TanhUnit(wiring.Component):
     per lane per cycle; the owner carries valid flags and side data in a delay line of the
     same length.
 
-    The argument comes from ``z = q + k`` through :class:`hw.blocks.exp2.ExpScale` with the
-    run's ``tanh_mult``/``tanh_shift`` (``a = (scaled + 1) >> 1``), as
-    :func:`golden.additive.tanh_arg`.
+    The argument is :func:`golden.additive.tanh_arg` of ``z = q + k`` with the run's
+    ``tanh_mult``/``tanh_shift``; the additive scorer (:mod:`hw.blocks.additive`) forms it
+    while it fills its tables.
 
     Parameters
     ----------

@@ -19,7 +19,9 @@ Weight window
     ``WQ, WK, WV, WO`` (d_model x d_model weights, torch (out, in) layout, row-major, packed
     little-endian: byte ``k`` of word ``a`` holds element ``4a + k`` for int8, halfword ``k``
     holds element ``2a + k`` for 9..16-bit weights), then ``BQ, BK, BV, BO`` (d_model biases,
-    one sign-extended 32-bit word each; two words, low first, when bias_bits > 32). Each
+    one sign-extended 32-bit word each; two words, low first, when bias_bits > 32, which
+    the packing supports and the hardware does not), then with an additive scorer ``WA``
+    (the heads' ``w`` vectors, (heads, head_dim) int8, four to a word). Each
     region is padded to whole words; the configuration already requires d_model % 4 == 0, so
     every weight row starts on a word and no padding occurs for the shipped configurations.
 

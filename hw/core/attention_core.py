@@ -161,14 +161,7 @@ class AttentionCore(wiring.Component):
         connect(m, loader.loaded, seq.loaded)
         engines, softmaxes, accumulators = self._engines(m, seq.fault)
         if self._scorers:
-            # The tanh tables are filled as the sequencer takes an additive run, from its
-            # settings; the scores job comes after every projection.
-            ld = loader.loaded
-            for e, sc in enumerate(self._scorers):
-                connect(m, ww.wa_write[e], sc.w_write)
-                m.d.comb += [sc.fill.eq(ld.valid & ld.ready & ld.payload.additive),
-                             sc.tanh_mult.eq(ld.payload.tanh_mult),
-                             sc.tanh_shift.eq(ld.payload.tanh_shift)]
+            self._fill_tables(m, ww, loader.loaded)
         job_sinks = self._datapath(m, buf, seq, engines, softmaxes, accumulators)
         self._broadcast_jobs(m, seq, job_sinks)
 
@@ -193,6 +186,21 @@ class AttentionCore(wiring.Component):
         # alone took most of a cycle.
         m.d.sync += self.busy.eq(loader.busy | seq.busy | streamer.active | streamer.done)
         return m
+
+    def _fill_tables(self, m, ww, ld):
+        """The scorers' ``w`` writes, and their tanh tables filled as the sequencer takes an
+        additive run, from its settings (the scores job comes after every projection). The
+        strobe and settings are registered: the sequencer may take a run in the cycle the
+        engines are flushed after a fault, whose reset would swallow a strobe of that cycle."""
+        fill = Signal()
+        mult = Signal.like(ld.payload.tanh_mult)
+        shift = Signal.like(ld.payload.tanh_shift)
+        m.d.sync += fill.eq(ld.valid & ld.ready & ld.payload.additive)
+        with m.If(ld.valid & ld.ready):
+            m.d.sync += [mult.eq(ld.payload.tanh_mult), shift.eq(ld.payload.tanh_shift)]
+        for e, sc in enumerate(self._scorers):
+            wiring.connect(m, ww.wa_write[e], sc.w_write)
+            m.d.comb += [sc.fill.eq(fill), sc.tanh_mult.eq(mult), sc.tanh_shift.eq(shift)]
 
     def _engines(self, m, fault):
         """One matrix engine and one softmax unit per head engine. A rejected engine command

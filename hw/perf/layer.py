@@ -243,7 +243,7 @@ def layer_timing(cfg: AttentionConfig, seq: int, kv: int | None = None, *,
     the core (0: the words wait for START, as in the core's own tests; the top:
     :func:`top_latency`). ``additive`` is the run's CTRL.ADDITIVE (configurations with an
     additive scorer): the scores jobs run on the scorer, whose tanh tables are filled from
-    the cycle before the first job."""
+    the first job's cycle on."""
     if not 1 <= seq <= cfg.max_seq_len:
         raise ValueError(f"seq = {seq} is out of range: allowed 1..{cfg.max_seq_len}")
     cross = kv is not None
@@ -283,7 +283,9 @@ def layer_timing(cfg: AttentionConfig, seq: int, kv: int | None = None, *,
         t = t_end
     if additive:
         from hw.perf.additive import fill_cycles
-        fill_end = load - 1 + fill_cycles()
+        # the strobe: registered from the sequencer taking the run, the cycle before the
+        # first job's go
+        fill_end = load + fill_cycles()
     for g in range(G if not cfg.tiled else 0):
         if additive:
             c, rows_written = _additive_scores(cfg, seq, kv, t, fill_end)
