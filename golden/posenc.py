@@ -1,5 +1,5 @@
 """Sinusoidal positional encodings, 1-D and 2-D (float reference and the integer twin of the
-not yet built encoding hardware).
+encoder in the input loader, ``hw/blocks/posenc.py``).
 
 1-D (Vaswani et al.; d2l): for position ``i`` and channel pair ``j``,
 ``p(i, 2j) = sin(i / 10000**(2j/d))`` and ``p(i, 2j+1) = cos(i / 10000**(2j/d))``.

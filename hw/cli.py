@@ -597,7 +597,7 @@ def _commands():
         ("run", cmd_run, "quantize a float layer on its input, run it on the hardware (or the "
          "golden model) and compare with float64", True, _args_run),
         ("synth-blocks", cmd_synth_blocks, "ECP5 synthesis (and nextpnr) of the matrix engine, "
-         "the softmax unit and the blocks not yet in the top", True, _args_synth_blocks),
+         "the softmax unit and the other blocks on their own", True, _args_synth_blocks),
         ("formal", cmd_formal, "SymbiYosys: AXI4-Lite register block (BMC, k-induction, "
          "covers, response bound), m_axis of the whole top (k-induction), and a mutant per "
          "group that must fail", True, _args_formal),
@@ -724,7 +724,7 @@ def _args_synth_blocks(p) -> None:
                    help="all: matmul and softmax; tile-softmax, tile-accumulator: the "
                    "key/value-tiled path's softmax unit and output accumulator; tanh: the "
                    "additive scoring's tanh unit; additive: the additive scorer of the "
-                   "configuration's array (not yet in the top); posenc: the "
+                   "configuration's array; posenc: the "
                    "positional-encoding adder")
     p.add_argument("--lanes", type=int, default=1, help="tanh, additive: lanes (1)")
     p.add_argument("--kv-tile", type=int, default=64,
