@@ -208,7 +208,52 @@ def _pv_stall(cfg, seq, kv, rows_written, pv_go):
                 last = max(last, prev_last + step)
             prev_last, t = last, last + 1
     nominal_end = pv_go + FETCH_LATENCY + (kv - 1) + (_cdiv(seq, R) * tiles_n - 1) * step
-    return max(0, prev_last - nominal_end)
+    needs = [p_done[min(seq, (tm + 1) * R) - 1] for tm in range(_cdiv(seq, R))]
+    return max(0, prev_last - nominal_end), _fetch_waits(cfg, kv, needs, pv_go)
+
+
+def _fetch_waits(cfg, kv, needs, pv_go):
+    """The cycles the P.V fetch waits for rows of P (the STALL_CYCLES count: the fetch's
+    ``p_stall``), stepped cycle by cycle. The fetch runs ahead of the engine by its operand
+    queue (OPQ_DEPTH beats), so it reaches a row tile, and starts waiting for its rows of P
+    (``needs[tm]``: the cycle ``p_ready`` rises), earlier than the engine would take the
+    tile's first beat; part of that wait the engine spends on the queued beats and on tile
+    spacing, so it need not lengthen the job (the job's length is :func:`_pv_stall`'s)."""
+    from hw.core.operand_fetch import OPQ_DEPTH
+    R, C = cfg.array_rows, cfg.array_cols
+    tiles_n = _cdiv(cfg.head_dim, C)
+    step = max(kv, R, C)
+    beats = [(tm, tn == 0 and kk == 0, kk == kv - 1)
+             for tm in range(len(needs)) for tn in range(tiles_n) for kk in range(kv)]
+    n = len(beats)
+    t = pv_go + FETCH_LATENCY - 5      # the fetch's first cycle (its first beat's issue)
+    j = e = waits = 0                  # next beat to issue, next beat to take
+    stages = [None] * 4                # s0, s1, sd, sb: the beat each holds
+    queue = []
+    advance = True
+    prev_last = None                   # the cycle the engine took a tile's last beat
+    while e < n:
+        p_ok = j >= n or not beats[j][1] or t >= needs[beats[j][0]]
+        if j < n and not p_ok:
+            waits += 1
+        go = j < n and p_ok
+        pop = bool(queue) and (not beats[e][2] or prev_last is None
+                               or t >= prev_last + step)
+        push = advance and stages[3] is not None
+        level = len(queue)
+        if pop:
+            if beats[e][2]:
+                prev_last = t
+            queue.pop(0)
+            e += 1
+        if advance:
+            if push:
+                queue.append(stages[3])
+            stages = [j if go else None] + stages[:3]
+            j += go
+        advance = level + push <= OPQ_DEPTH - 1
+        t += 1
+    return waits
 
 
 def encoder_cycles(cfg: AttentionConfig, pos_enc: str = "off", first_word: int = 0) -> int:
@@ -294,8 +339,8 @@ def layer_timing(cfg: AttentionConfig, seq: int, kv: int | None = None, *,
         else:
             s_go = job(f"scores{g}", seq, kv, dk)
             rows_written = _score_row_times(cfg, seq, kv, s_go + FETCH_LATENCY)
-        s = _pv_stall(cfg, seq, kv, rows_written, t)
-        stall += s
+        s, waits = _pv_stall(cfg, seq, kv, rows_written, t)
+        stall += waits
         job(f"pv{g}", seq, dk, kv, s)
     for g in range(G):
         job(f"oproj{g}", seq, dk, d)
