@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from amaranth import *
 from amaranth.lib import stream, wiring
 from amaranth.lib.memory import WritePort
@@ -89,9 +91,7 @@ class InputLoader(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         g = self.geom
-        R, D4, lb = g.R, g.D4, g.lb
-        x_aw, kv_aw = g.x_aw, g.kv_aw
-        cross_hw = g.cfg.cross_attention
+        D4, lb = g.D4, g.lb
         # A single input buffer takes the next sequence once the arrays are done with it.
         x_free = 1 if g.cfg.double_buffer else self.x_free
         ld_set = Signal(sequence_layout(g))
@@ -101,54 +101,12 @@ class InputLoader(wiring.Component):
         # fit the core's ``seq_len_bits``)
         seq_len, kv_len, key_len = st.seq_len[:lb], st.kv_len[:lb], st.key_len[:lb]
 
-        ld_i = Signal(range(max(g.SEQ, g.KV) + 1))
-        ld_w = Signal(range(D4 + 1))
-        ld_rows = Signal(lb)
-        ld_kv = Signal()
         ld_bank = Signal()          # buffer the next load fills (alternates)
         ld_beat = self.x_in.valid & self.x_in.ready
-        # The word's position is kept in registers (last word of the row, last row, row
-        # within its tile, buffer address (row // R) * D4 + word, the tile's base address),
-        # so the per-word decisions and the write address need no adder or multiply.
-        ld_w_last = Signal()
-        ld_i_last = Signal()
-        ld_r = Signal(range(R))
-        ld_addr = Signal(max(x_aw, kv_aw, 1))
-        ld_base = Signal.like(ld_addr)
-        ld_final = ld_w_last & ld_i_last
-        # Buffer writes happen the cycle after the beat, from registers: one enable register
-        # per buffer, the address and the word. The buffers are spread over the die and
-        # their enables were the one-engine top's critical path (all route). Writes only in
-        # LOAD, where x_in.ready is 1: in DRAIN, ready depends on ``start``.
-        ld_write = Signal()
-        ld_we_x = Signal(R)
-        ld_we_kv = Signal(R)
-        ld_wa = Signal(max(x_aw, kv_aw, 1) + 1)
-        ld_wd = Signal(32)
-        m.d.sync += [ld_we_x.eq(Cat(*[ld_write & ~ld_kv & (ld_r == r) for r in range(R)])),
-                     ld_we_kv.eq(Cat(*[ld_write & ld_kv & (ld_r == r) for r in range(R)])),
-                     ld_wd.eq(self.x_in.payload.data)]
-        with m.If(ld_kv):
-            m.d.sync += ld_wa.eq(Cat(ld_addr[:kv_aw], ld_set.bank))
-        with m.Else():
-            m.d.sync += ld_wa.eq(Cat(ld_addr[:x_aw], ld_set.bank))
-        enc = self._encoder(m, ld_write) if g.cfg.pos_enc else None
-        if enc is not None:
-            # The encoded word leaves the encoder LATENCY cycles after its beat: its write
-            # enables and address follow it through a delay line.
-            m.submodules.write_delay = wdel = DelayLine(len(ld_we_x) + len(ld_we_kv) + len(ld_wa),
-                                                        PositionalEncoder.LATENCY - 1)
-            m.d.comb += wdel.value.eq(Cat(ld_we_x, ld_we_kv, ld_wa))
-            we_x, we_kv, wa = (wdel.delayed[:R], wdel.delayed[R:2 * R], wdel.delayed[2 * R:])
-            wd = enc.o_stream.payload.data
-        else:
-            we_x, we_kv, wa, wd = ld_we_x, ld_we_kv, ld_wa, ld_wd
-        for r in range(R):
-            m.d.comb += [self.x_write[r].addr.eq(wa), self.x_write[r].data.eq(wd),
-                         self.x_write[r].en.eq(we_x[r])]
-            if cross_hw:
-                m.d.comb += [self.kv_write[r].addr.eq(wa), self.kv_write[r].data.eq(wd),
-                             self.kv_write[r].en.eq(we_kv[r])]
+        pos = self._position()
+        ld_final = pos.w_last & pos.i_last
+        ld_write = Signal()         # the word of this cycle's beat goes into a buffer
+        enc = self._buffer_writes(m, ld_write, pos, ld_set)
 
         def accept_start():
             """Sample the run settings of a new sequence and start loading it."""
@@ -161,17 +119,11 @@ class InputLoader(wiring.Component):
                     ld_set.causal.eq(st.causal), ld_set.cross.eq(st.cross),
                     ld_set.exp_mult.eq(st.exp_mult), ld_set.exp_shift.eq(st.exp_shift),
                     ld_set.t0.eq(self.now), ld_set.bank.eq(ld_bank),
-                    ld_i.eq(0), ld_w.eq(0), ld_rows.eq(seq_len), ld_kv.eq(0),
-                    ld_w_last.eq(D4 == 1), ld_i_last.eq(seq_len == 1),
-                    ld_r.eq(0), ld_addr.eq(0), ld_base.eq(0),
+                    pos.i.eq(0), pos.w.eq(0), pos.rows.eq(seq_len), pos.kv.eq(0),
+                    pos.w_last.eq(D4 == 1), pos.i_last.eq(seq_len == 1),
+                    pos.r.eq(0), pos.addr.eq(0), pos.base.eq(0),
                 ]
-                for n in ("q", "k", "v", "pv", "o"):
-                    for f in ("mult", "shift"):
-                        m.d.sync += ld_set[f"rq_{n}_{f}"].eq(st[f"rq_{n}_{f}"])
-                if g.cfg.additive:
-                    m.d.sync += [ld_set.additive.eq(st.additive),
-                                 ld_set.tanh_mult.eq(st.tanh_mult),
-                                 ld_set.tanh_shift.eq(st.tanh_shift)]
+                self._copy_settings(m, ld_set, st)
                 if enc is not None:
                     m.d.sync += [enc.mode.eq(st.pe_mode), enc.offset.eq(st.pe_offset),
                                  enc.grid_width.eq(st.pe_grid_w), enc.seq_len.eq(seq_len),
@@ -216,20 +168,7 @@ class InputLoader(wiring.Component):
             with m.State("LOAD"):
                 m.d.comb += self.x_in.ready.eq(1)
                 with m.If(ld_beat):
-                    m.d.sync += [ld_w.eq(ld_w + 1), ld_w_last.eq(ld_w + 2 == D4),
-                                 ld_addr.eq(ld_addr + 1)]
-                    with m.If(ld_w_last):
-                        m.d.sync += [ld_w.eq(0), ld_i.eq(ld_i + 1), ld_w_last.eq(D4 == 1),
-                                     ld_i_last.eq(ld_i + 2 == ld_rows),
-                                     ld_r.eq(Mux(ld_r == R - 1, 0, ld_r + 1)),
-                                     ld_addr.eq(ld_base)]
-                        with m.If(ld_r == R - 1):
-                            m.d.sync += [ld_base.eq(ld_base + D4), ld_addr.eq(ld_base + D4)]
-                        # After a sequence's last word the position restarts (for the KV
-                        # sequence of a cross run), whatever the checks below decide: the
-                        # address then does not wait for them.
-                        with m.If(ld_i_last):
-                            m.d.sync += [ld_r.eq(0), ld_addr.eq(0), ld_base.eq(0)]
+                    self._step_position(m, pos)
                     with m.If(self.x_in.payload.last & ~ld_final):
                         load_error("STREAM_SHORT")
                         m.next = "IDLE"
@@ -237,10 +176,10 @@ class InputLoader(wiring.Component):
                         load_error("STREAM_LONG")
                         m.d.sync += drain_two.eq(0)
                         m.next = "DRAIN"
-                    with m.Elif(ld_final & ld_set.cross & ~ld_kv):
-                        m.d.sync += [ld_kv.eq(1), ld_i.eq(0), ld_w.eq(0),
-                                     ld_rows.eq(ld_set.kvrows), ld_w_last.eq(D4 == 1),
-                                     ld_i_last.eq(ld_set.kvrows == 1)]
+                    with m.Elif(ld_final & ld_set.cross & ~pos.kv):
+                        m.d.sync += [pos.kv.eq(1), pos.i.eq(0), pos.w.eq(0),
+                                     pos.rows.eq(ld_set.kvrows), pos.w_last.eq(D4 == 1),
+                                     pos.i_last.eq(ld_set.kvrows == 1)]
                     with m.Elif(ld_final):
                         if enc is not None:
                             m.d.sync += settle.eq(ENCODER_SETTLE)
@@ -264,6 +203,82 @@ class InputLoader(wiring.Component):
         m.d.comb += [ld_write.eq(self.x_in.valid & load_fsm.ongoing("LOAD")),
                      self.busy.eq(~load_fsm.ongoing("IDLE") & ~load_fsm.ongoing("DRAIN"))]
         return m
+
+    def _position(self):
+        """The loaded word's position, in registers (word of the row and whether it is the
+        last, row and whether it is the last, row within its tile, buffer address
+        ``(row // R) * D4 + word``, the tile's base address), so the per-word decisions and
+        the write address need no adder or multiply; ``kv``: the second sequence of a cross
+        run."""
+        g = self.geom
+        addr = Signal(max(g.x_aw, g.kv_aw, 1))
+        return SimpleNamespace(
+            i=Signal(range(max(g.SEQ, g.KV) + 1)), w=Signal(range(g.D4 + 1)),
+            rows=Signal(g.lb), kv=Signal(), w_last=Signal(), i_last=Signal(),
+            r=Signal(range(g.R)), addr=addr, base=Signal.like(addr))
+
+    def _step_position(self, m, p):
+        """The position after a word's beat."""
+        R, D4 = self.geom.R, self.geom.D4
+        m.d.sync += [p.w.eq(p.w + 1), p.w_last.eq(p.w + 2 == D4), p.addr.eq(p.addr + 1)]
+        with m.If(p.w_last):
+            m.d.sync += [p.w.eq(0), p.i.eq(p.i + 1), p.w_last.eq(D4 == 1),
+                         p.i_last.eq(p.i + 2 == p.rows),
+                         p.r.eq(Mux(p.r == R - 1, 0, p.r + 1)), p.addr.eq(p.base)]
+            with m.If(p.r == R - 1):
+                m.d.sync += [p.base.eq(p.base + D4), p.addr.eq(p.base + D4)]
+            # After a sequence's last word the position restarts (for the KV sequence of a
+            # cross run), whatever the checks of the caller decide: the address then does
+            # not wait for them.
+            with m.If(p.i_last):
+                m.d.sync += [p.r.eq(0), p.addr.eq(0), p.base.eq(0)]
+
+    def _copy_settings(self, m, ld_set, st):
+        """The run settings that pass unchanged from START to the loaded sequence."""
+        for n in ("q", "k", "v", "pv", "o"):
+            for f in ("mult", "shift"):
+                m.d.sync += ld_set[f"rq_{n}_{f}"].eq(st[f"rq_{n}_{f}"])
+        if self.geom.cfg.additive:
+            m.d.sync += [ld_set.additive.eq(st.additive), ld_set.tanh_mult.eq(st.tanh_mult),
+                         ld_set.tanh_shift.eq(st.tanh_shift)]
+
+    def _buffer_writes(self, m, ld_write, pos, ld_set):
+        """The X/KV buffer writes of the loaded words; returns the positional encoder (or
+        None). Writes happen the cycle after the beat, from registers: one enable register
+        per buffer, the address and the word (the buffers are spread over the die and their
+        enables were the one-engine top's critical path, all route). Writes only in LOAD,
+        where x_in.ready is 1: in DRAIN, ready depends on ``start``."""
+        g = self.geom
+        R, x_aw, kv_aw = g.R, g.x_aw, g.kv_aw
+        ld_we_x = Signal(R)
+        ld_we_kv = Signal(R)
+        ld_wa = Signal(max(x_aw, kv_aw, 1) + 1)
+        ld_wd = Signal(32)
+        m.d.sync += [ld_we_x.eq(Cat(*[ld_write & ~pos.kv & (pos.r == r) for r in range(R)])),
+                     ld_we_kv.eq(Cat(*[ld_write & pos.kv & (pos.r == r) for r in range(R)])),
+                     ld_wd.eq(self.x_in.payload.data)]
+        with m.If(pos.kv):
+            m.d.sync += ld_wa.eq(Cat(pos.addr[:kv_aw], ld_set.bank))
+        with m.Else():
+            m.d.sync += ld_wa.eq(Cat(pos.addr[:x_aw], ld_set.bank))
+        enc = self._encoder(m, ld_write) if g.cfg.pos_enc else None
+        if enc is not None:
+            # The encoded word leaves the encoder LATENCY cycles after its beat: its write
+            # enables and address follow it through a delay line.
+            m.submodules.write_delay = wdel = DelayLine(len(ld_we_x) + len(ld_we_kv) + len(ld_wa),
+                                                        PositionalEncoder.LATENCY - 1)
+            m.d.comb += wdel.value.eq(Cat(ld_we_x, ld_we_kv, ld_wa))
+            we_x, we_kv, wa = (wdel.delayed[:R], wdel.delayed[R:2 * R], wdel.delayed[2 * R:])
+            wd = enc.o_stream.payload.data
+        else:
+            we_x, we_kv, wa, wd = ld_we_x, ld_we_kv, ld_wa, ld_wd
+        for r in range(R):
+            m.d.comb += [self.x_write[r].addr.eq(wa), self.x_write[r].data.eq(wd),
+                         self.x_write[r].en.eq(we_x[r])]
+            if g.cfg.cross_attention:
+                m.d.comb += [self.kv_write[r].addr.eq(wa), self.kv_write[r].data.eq(wd),
+                             self.kv_write[r].en.eq(we_kv[r])]
+        return enc
 
     def _encoder(self, m, ld_write):
         """The positional encoder on the words of the load (fed at their beats, always
