@@ -18,7 +18,8 @@ from pathlib import Path
 
 import tomli_w
 
-__all__ = ["AttentionConfig", "ConfigError", "load_config", "config_from_dict", "POS_ENC_MODES"]
+__all__ = ["AttentionConfig", "ConfigError", "load_config", "config_from_dict", "POS_ENC_MODES",
+           "SCALE_MULT_BITS", "SCALE_SHIFT_LSB"]
 
 
 class ConfigError(ValueError):
@@ -38,11 +39,17 @@ _SECTIONS = {
                "requant_mult_bits"),
     "softmax": ("exp_table_size", "exp_frac_bits", "exp_mult_bits", "recip_bits",
                 "softmax_lanes"),
-    "features": ("causal_mask", "cross_attention", "double_buffer", "bias_in_lut_ram"),
+    "features": ("causal_mask", "cross_attention", "double_buffer", "bias_in_lut_ram",
+                 "channel_scales"),
     "tiling": ("kv_tile", "q_tile", "tile_norm_lanes"),
     "posenc": ("pos_enc", "max_position"),
     "scoring": ("additive_lanes",),
 }
+
+#: A scale-table word of ``channel_scales``: the multiplier in bits [23:0], the shift in
+#: [29:24] (the weight window's packing, ``hw.bus.regmap``; the hardware's field widths).
+SCALE_MULT_BITS = 24
+SCALE_SHIFT_LSB = 24
 
 #: Positional-encoding modes the hardware can build (``off`` is always available).
 POS_ENC_MODES = ("1d", "2d")
@@ -73,7 +80,11 @@ class AttentionConfig:
         the previous one streams out while one computes; without it (half their block RAM)
         a START waits until the running sequence's projections are done and its output
         projection until the previous output has left. ``bias_in_lut_ram`` keeps the bias
-        buffers (a few words each) in LUT RAM instead of block RAM.
+        buffers (a few words each) in LUT RAM instead of block RAM. ``channel_scales`` builds
+        a scale table beside the bias buffers: one requantization multiplier and shift per
+        output channel of each projection (Q, K, V and the output), used by runs with
+        CTRL.CHANNEL_SCALES (per-channel weight scales); without it, or in runs without that
+        bit, every projection has one multiplier and shift (per-tensor scales).
     Tiling
         ``kv_tile`` 0 builds the whole-row path: one head's whole score and probability
         matrices on chip (``max_seq_len x max_kv_len``). ``kv_tile`` > 0 builds the key/value
@@ -120,6 +131,7 @@ class AttentionConfig:
     cross_attention: bool = True
     double_buffer: bool = True
     bias_in_lut_ram: bool = False
+    channel_scales: bool = False
     # tiling
     kv_tile: int = 0
     q_tile: int = 0
@@ -143,7 +155,8 @@ class AttentionConfig:
 
         if not isinstance(self.name, str) or not self.name:
             raise ConfigError(f"name must be a non-empty string, not {self.name!r}")
-        for flag in ("causal_mask", "cross_attention", "double_buffer", "bias_in_lut_ram"):
+        for flag in ("causal_mask", "cross_attention", "double_buffer", "bias_in_lut_ram",
+                     "channel_scales"):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigError(f"{flag} must be true or false, not {getattr(self, flag)!r}")
 
@@ -172,6 +185,11 @@ class AttentionConfig:
              "at most acc_bits, and a bias is one 32-bit weight-window word")
         need("requant_mult_bits", 2, min(31, 62 - self.acc_bits),
              "the requantization product acc * multiplier must fit 62 bits")
+        if self.channel_scales:
+            need("requant_mult_bits", 2, SCALE_MULT_BITS,
+                 f"with channel_scales a scale-table word holds the multiplier in bits "
+                 f"[{SCALE_MULT_BITS - 1}:0] and the shift in [{SCALE_SHIFT_LSB + 5}:"
+                 f"{SCALE_SHIFT_LSB}]")
 
         need("array_rows", 2, 16, "systolic array rows")
         need("array_cols", 2, 16, "systolic array columns")

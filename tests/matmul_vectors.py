@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from golden import Requant, matmul_acc, requantize
+from golden.fixed import ChannelRequant, is_per_channel
 from golden.config import AttentionConfig
 
 __all__ = ["MatmulCase", "random_case", "extreme_case", "operand_beats", "expected_rows"]
@@ -22,7 +23,7 @@ class MatmulCase:
     a: np.ndarray          # (m, k)
     b: np.ndarray          # (k, n)
     bias: np.ndarray | None
-    requant: Requant | None
+    requant: Requant | ChannelRequant | None     # per-channel: the engine's ``channel``
 
     @property
     def shape(self):
@@ -30,14 +31,20 @@ class MatmulCase:
 
     def command(self) -> dict:
         m, n, k = self.shape
-        rq = self.requant or Requant(0, 1)
-        return {"m": m, "n": n, "k": k, "bias_en": int(self.bias is not None),
-                "requant_en": int(self.requant is not None), "mult": rq.mult, "shift": rq.shift}
+        channel = is_per_channel(self.requant)
+        rq = Requant(0, 1) if channel or self.requant is None else self.requant
+        cmd = {"m": m, "n": n, "k": k, "bias_en": int(self.bias is not None),
+               "requant_en": int(self.requant is not None), "mult": rq.mult, "shift": rq.shift}
+        if channel:
+            cmd["channel"] = 1
+        return cmd
 
 
 def random_case(cfg: AttentionConfig, rng: np.random.Generator, m: int, n: int, k: int, *,
-                bias: bool, requant: bool, probs: bool | None = None) -> MatmulCase:
-    """Random operands: A is int activations or, with ``probs``, UQ0.prob_bits probabilities."""
+                bias: bool, requant: bool, probs: bool | None = None,
+                channel: bool = False) -> MatmulCase:
+    """Random operands: A is int activations or, with ``probs``, UQ0.prob_bits probabilities.
+    ``channel`` (with ``bias`` and ``requant``): a multiplier and shift per output column."""
     if probs is None:
         probs = bool(rng.integers(2))
     amax = 1 << (cfg.act_bits - 1)
@@ -64,6 +71,15 @@ def random_case(cfg: AttentionConfig, rng: np.random.Generator, m: int, n: int, 
         # Aim the largest value near the int8 edge so both rounding and saturation occur.
         shift = (peak * mult).bit_length() - cfg.act_bits + int(rng.integers(-1, 3))
         rq = Requant(mult, int(min(62, max(1, shift))))
+        if channel:
+            top = 1 << cfg.requant_mult_bits
+            mults = rng.integers(1, top, size=n)
+            # per column near its own int8 edge, some columns far off (0 or saturated)
+            peaks = np.maximum(1, np.abs(acc).max(axis=0))
+            shifts = np.array([(int(p) * int(mu)).bit_length() - cfg.act_bits
+                               + int(rng.integers(-2, 4)) for p, mu in zip(peaks, mults)])
+            rq = ChannelRequant(mults.astype(np.int64),
+                                np.clip(shifts, 1, 62).astype(np.int64))
     return MatmulCase(a=a, b=b, bias=bias_v, requant=rq)
 
 
@@ -96,10 +112,27 @@ def operand_beats(cfg: AttentionConfig, case: MatmulCase):
             a_beats.extend(a[i * R:(i + 1) * R, :].T.tolist())
             b_beats.extend(b[:, j * C:(j + 1) * C].tolist())
             if case.bias is not None:
-                bias = np.zeros(tn * C, dtype=np.int64)
-                bias[:n] = case.bias
-                bias_beats.append(bias[j * C:(j + 1) * C].tolist())
+                bias_beats.append(_bias_beat(cfg, case, j))
     return a_beats, b_beats, bias_beats
+
+
+def _bias_beat(cfg: AttentionConfig, case: MatmulCase, j: int):
+    """Column tile ``j``'s bias beat: a list of biases, or with ``cfg.channel_scales`` the
+    engine's struct (the scales of a per-tensor product are not used: zeros)."""
+    C, n = cfg.array_cols, case.shape[1]
+
+    def tile(values):
+        full = np.zeros(-(-n // C) * C, dtype=np.int64)
+        full[:n] = values
+        return full[j * C:(j + 1) * C].tolist()
+
+    biases = tile(case.bias)
+    if not cfg.channel_scales:
+        return biases
+    rq = case.requant
+    if not is_per_channel(rq):
+        return {"bias": biases, "mult": [0] * C, "shift_m1": [0] * C}
+    return {"bias": biases, "mult": tile(rq.mult), "shift_m1": tile(rq.shift - 1)}
 
 
 def expected_rows(cfg: AttentionConfig, case: MatmulCase) -> list[tuple]:

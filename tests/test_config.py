@@ -53,6 +53,9 @@ def test_shipped_config_loads_and_round_trips(path):
     (dict(act_bits="8"), "act_bits"),
     (dict(act_bits=True), "act_bits"),
     (dict(causal_mask=1), "causal_mask"),
+    (dict(channel_scales="yes"), "channel_scales"),
+    # a scale-table word holds the multiplier in 24 bits
+    (dict(channel_scales=True, acc_bits=32, requant_mult_bits=25), "requant_mult_bits"),
     (dict(name=""), "name"),
 ])
 def test_invalid_config_names_field(changes, field):

@@ -225,6 +225,31 @@ def test_engine_random_commands(rows, cols, idle, bp):
     assert all(v == 0 for v in bench.leftover.values()), bench.leftover
 
 
+@pytest.mark.parametrize("rows,cols,idle,bp", [(4, 4, 0.0, 0.0), (4, 4, 0.3, 0.4),
+                                                (2, 3, 0.2, 0.5)])
+def test_engine_channel_scales(rows, cols, idle, bp):
+    """Built with ``channel_scales``: per-column multipliers and shifts from the bias beat,
+    mixed with per-tensor and raw products, exact against golden's ChannelRequant."""
+    cfg = TINY.replace(array_rows=rows, array_cols=cols, channel_scales=True)
+    rng = np.random.default_rng(rows * 10 + cols + int(bp * 10))
+    cases = []
+    for i in range(8):
+        m, n = int(rng.integers(1, 9)), int(rng.integers(1, 17))
+        k = 1 if i == 3 else int(rng.integers(1, 17))
+        kind = i % 3        # per-channel, per-tensor, raw
+        cases.append(random_case(cfg, rng, m, n, k, bias=kind < 2 or bool(rng.integers(2)),
+                                 requant=kind < 2, channel=kind == 0, probs=False))
+    bench = EngineBench(MatmulEngine(cfg), idle, bp, seed=11)
+    expected = []
+    for case in cases:
+        bench.add(case)
+        expected += expected_rows(cfg, case)
+    got = bench.run(len(expected))
+    assert got == expected
+    assert bench.errors == 0
+    assert all(v == 0 for v in bench.leftover.values()), bench.leftover
+
+
 @pytest.mark.parametrize("idle,bp", [(0.0, 0.0), (0.3, 0.4)])
 def test_engine_wide_a_operands(idle, bp):
     """18-bit A operands (the tiled path's E, UQ1.16, times V): raw sums of up to 64 keys,
@@ -314,3 +339,19 @@ def test_engine_constructor_errors():
     eng = MatmulEngine(TINY)
     assert (eng.max_m, eng.max_n, eng.max_k) == (8, 16, 16)
     assert eng.a_width == 9 and eng.b_width == 8
+
+
+def test_engine_rejects_channel_without_bias_or_requant():
+    """Per-column scales come with the bias beat of a requantized product: a ``channel``
+    command without either is rejected, and the next command runs."""
+    cfg = TINY.replace(channel_scales=True)
+    rng = np.random.default_rng(8)
+    good = random_case(cfg, rng, 6, 5, 4, bias=True, requant=True, channel=True)
+    bench = EngineBench(MatmulEngine(cfg), 0.2, 0.3, seed=4)
+    bench.producers["cmd"].put([dict(good.command(), bias_en=0),
+                                dict(good.command(), requant_en=0)])
+    bench.add(good)
+    expected = expected_rows(cfg, good)
+    assert bench.run(len(expected)) == expected
+    assert bench.errors == 2
+    assert all(v == 0 for v in bench.leftover.values())

@@ -15,7 +15,7 @@ from hw.blocks.dsp import WideMultiplier
 from hw.blocks.queue import StreamQueue
 from hw.blocks.systolic import SystolicArray
 
-__all__ = ["MatmulEngine", "operand_widths"]
+__all__ = ["MatmulEngine", "operand_widths", "bias_beat_layout"]
 
 
 def operand_widths(cfg: AttentionConfig) -> tuple[int, int]:
@@ -25,6 +25,21 @@ def operand_widths(cfg: AttentionConfig) -> tuple[int, int]:
     one more bit than ``prob_bits``; B carries activations or weights.
     """
     return max(cfg.act_bits, cfg.prob_bits + 1), max(cfg.act_bits, cfg.weight_bits)
+
+
+def bias_beat_layout(cfg: AttentionConfig, cols: int) -> data.Layout:
+    """One tile's ``bias`` beat: ``cols`` biases (signed ``bias_bits``); with
+    ``cfg.channel_scales`` a struct of those (``bias``) and each column's requantization
+    multiplier (``mult``, unsigned ``requant_mult_bits``) and shift minus one (``shift_m1``,
+    unsigned 6: shifts 1..64; the scale table holds 1..62)."""
+    biases = data.ArrayLayout(signed(cfg.bias_bits), cols)
+    if not cfg.channel_scales:
+        return biases
+    return data.StructLayout({
+        "bias": biases,
+        "mult": data.ArrayLayout(unsigned(cfg.requant_mult_bits), cols),
+        "shift_m1": data.ArrayLayout(unsigned(6), cols),
+    })
 
 
 class MatmulEngine(wiring.Component):
@@ -47,12 +62,17 @@ class MatmulEngine(wiring.Component):
     (bit-exact with ``golden.matmul_acc``; it wraps modulo ``2**acc_bits`` where golden would
     raise ``OverflowError``). With ``requant_en`` it is
     ``golden.requantize(acc + bias, Requant(mult, shift), cfg.act_bits)``, computed on the
-    exact ``acc_bits + 1``-bit sum, sign-extended to ``acc_bits``. The accumulation itself is
+    exact ``acc_bits + 1``-bit sum, sign-extended to ``acc_bits``. With ``channel`` (built
+    with ``cfg.channel_scales``; needs ``bias_en`` and ``requant_en``) column ``c`` of a tile
+    is requantized by the multiplier and shift of its bias beat instead,
+    ``golden.requantize(..., ChannelRequant(mult, shift_m1 + 1))`` (per-channel weight
+    scales). The accumulation itself is
     exact as long as ``|sum a*b|`` fits ``acc_bits`` (the configuration guarantees it for the
     layer's products).
 
     A command is *rejected* when ``m``, ``n`` or ``k`` is outside ``1..max_m``,
-    ``1..max_n``, ``1..max_k``, or when ``requant_en`` is set with ``shift`` outside 1..62:
+    ``1..max_n``, ``1..max_k``, when ``requant_en`` is set with ``shift`` outside 1..62, or
+    when ``channel`` is set without ``bias_en`` and ``requant_en``:
     the engine takes the ``cmd`` beat and pulses ``error`` for one cycle in the next cycle; no
     operand, bias or result beat belongs to it, and the next command proceeds normally.
 
@@ -82,13 +102,15 @@ class MatmulEngine(wiring.Component):
     -------
     cmd : In(stream.Signature(cmd_layout))
         ``m``, ``n``, ``k`` (unsigned, ``max_*.bit_length()`` bits), ``bias_en``,
-        ``requant_en``, ``mult`` (unsigned ``cfg.requant_mult_bits``), ``shift`` (unsigned 6).
+        ``requant_en``, ``mult`` (unsigned ``cfg.requant_mult_bits``), ``shift`` (unsigned 6);
+        with ``cfg.channel_scales`` also ``channel`` (per-column scales from the bias beat).
     a : In(stream.Signature(ArrayLayout(signed(a_width), R)))
         ``a_width = max(act_bits, prob_bits + 1)``, or the constructor's ``a_width`` (up to
         18: the tiled path's unnormalized probabilities).
     b : In(stream.Signature(ArrayLayout(signed(b_width), C)))
         ``b_width = max(act_bits, weight_bits)``.
-    bias : In(stream.Signature(ArrayLayout(signed(cfg.bias_bits), C)))
+    bias : In(stream.Signature(bias_beat_layout(cfg, C)))
+        Biases, and with ``cfg.channel_scales`` the columns' multipliers and shifts.
     result : Out(stream.Signature(result_layout))
         ``data`` (ArrayLayout(signed(cfg.acc_bits), C)), ``row``, ``col`` (first column of the
         tile), ``last``.
@@ -138,7 +160,9 @@ class MatmulEngine(wiring.Component):
             "requant_en": 1,
             "mult": unsigned(cfg.requant_mult_bits),
             "shift": unsigned(6),
+            **({"channel": 1} if cfg.channel_scales else {}),
         })
+        self.bias_layout = bias_beat_layout(cfg, self.cols)
         self.result_layout = data.StructLayout({
             "data": data.ArrayLayout(signed(cfg.acc_bits), self.cols),
             "row": unsigned(max(1, (self.max_m - 1).bit_length())),
@@ -149,7 +173,7 @@ class MatmulEngine(wiring.Component):
             "cmd": In(stream.Signature(self.cmd_layout)),
             "a": In(stream.Signature(data.ArrayLayout(signed(self.a_width), self.rows))),
             "b": In(stream.Signature(data.ArrayLayout(signed(self.b_width), self.cols))),
-            "bias": In(stream.Signature(data.ArrayLayout(signed(cfg.bias_bits), self.cols))),
+            "bias": In(stream.Signature(self.bias_layout)),
             "result": Out(stream.Signature(self.result_layout)),
             "error": Out(1),
         })
@@ -207,7 +231,7 @@ class MatmulEngine(wiring.Component):
         out_count = Signal(range(OUT_DEPTH + 1))
         # Data registers below are reset_less (valid flags and counters keep their reset):
         # their values are used only under a flag, and the reset/flush net stays small.
-        bias_buf = Signal(data.ArrayLayout(signed(cfg.bias_bits), C), reset_less=True)
+        bias_buf = Signal(self.bias_layout, reset_less=True)
         bias_buf_valid = Signal()
         # Two copies of the enable register: ``advance`` for the array (its PEs and DSP
         # blocks) and the inverted ``stall`` for everything else, which halves each one's
@@ -240,6 +264,7 @@ class MatmulEngine(wiring.Component):
             "requant_en": 1,
             "mult": unsigned(mult_bits),
             "shift_m1": unsigned(6),
+            **({"channel": 1} if self.cfg.channel_scales else {}),
         })
         # Tiles between issuing their last beat and their last row leaving the array: a tile
         # stays R + C + 4 steps and tiles are at least S steps apart.
@@ -270,6 +295,7 @@ class MatmulEngine(wiring.Component):
         cur_bias_en, cur_requant_en = Signal(), Signal()
         cur_mult = Signal(self.cfg.requant_mult_bits)
         cur_shift_m1 = Signal(6)
+        cur_channel = Signal()
         cur_k_m1 = Signal(self.cmd_layout["k"].shape)    # k - 1
         cur_k_one = Signal()                             # k == 1
         kk_left = Signal.like(cur_k_m1)                  # beats of the tile after this one
@@ -280,7 +306,8 @@ class MatmulEngine(wiring.Component):
         return SimpleNamespace(
             cur_n=cur_n, cur_row0=cur_row0, cur_col0=cur_col0, rows_left=rows_left,
             cols_left=cols_left, cur_bias_en=cur_bias_en, cur_requant_en=cur_requant_en,
-            cur_mult=cur_mult, cur_shift_m1=cur_shift_m1, cur_k_m1=cur_k_m1,
+            cur_mult=cur_mult, cur_shift_m1=cur_shift_m1, cur_channel=cur_channel,
+            cur_k_m1=cur_k_m1,
             cur_k_one=cur_k_one, kk_left=kk_left, is_first=is_first, is_last=is_last,
             busy=busy, since_last=since_last, spaced=spaced)
 
@@ -297,6 +324,10 @@ class MatmulEngine(wiring.Component):
         cmd_ok = ((cmd.m >= 1) & (cmd.m <= self.max_m) & (cmd.n >= 1) & (cmd.n <= self.max_n)
                   & (cmd.k >= 1) & (cmd.k <= self.max_k)
                   & (~cmd.requant_en | ((cmd.shift >= 1) & (cmd.shift <= 62))))
+        cq_channel = Signal(reset_less=True)
+        if self.cfg.channel_scales:
+            # the columns' scales come with the bias beat of a requantized product
+            cmd_ok = cmd_ok & (~cmd.channel | (cmd.bias_en & cmd.requant_en))
         cq_valid = Signal()
         cq_m = Signal.like(pos.rows_left, reset_less=True)
         cq_n = Signal.like(pos.cur_n, reset_less=True)
@@ -323,10 +354,13 @@ class MatmulEngine(wiring.Component):
                 cq_mult.eq(Mux(cmd.requant_en, cmd.mult, 1)),
                 cq_shift_m1.eq(Mux(cmd.requant_en, cmd.shift - 1, 0)),
             ]
+            if self.cfg.channel_scales:
+                m.d.sync += cq_channel.eq(cmd.channel)
         return SimpleNamespace(
             cq_valid=cq_valid, cq_m=cq_m, cq_n=cq_n, cq_k_m1=cq_k_m1, cq_k_one=cq_k_one,
             cq_n_le_c=cq_n_le_c, cq_m_le_r=cq_m_le_r, cq_bias_en=cq_bias_en,
-            cq_requant_en=cq_requant_en, cq_mult=cq_mult, cq_shift_m1=cq_shift_m1)
+            cq_requant_en=cq_requant_en, cq_mult=cq_mult, cq_shift_m1=cq_shift_m1,
+            cq_channel=cq_channel)
 
     def _feeder(self, m, array, go, pos, creg):
         """Builds the operand handshakes into the array and the command take; returns
@@ -381,6 +415,8 @@ class MatmulEngine(wiring.Component):
             new_desc.requant_en.eq(pos.cur_requant_en), new_desc.mult.eq(pos.cur_mult),
             new_desc.shift_m1.eq(pos.cur_shift_m1),
         ]
+        if self.cfg.channel_scales:
+            m.d.comb += new_desc.channel.eq(pos.cur_channel)
 
         with m.If(go):
             with m.If(issue & is_last):
@@ -431,6 +467,7 @@ class MatmulEngine(wiring.Component):
                     pos.cur_requant_en.eq(creg.cq_requant_en),
                     pos.cur_mult.eq(creg.cq_mult),
                     pos.cur_shift_m1.eq(creg.cq_shift_m1),
+                    pos.cur_channel.eq(creg.cq_channel),
                 ]
 
     def _descriptor_readout(self, m, go, ring, row_final):
@@ -530,6 +567,19 @@ class MatmulEngine(wiring.Component):
         meta = [Signal(meta_layout, name=f"meta_{i}") for i in range(1, PL + 5)]
         q1_sum = [Signal(sum_shape, name=f"sum_{c}", reset_less=True) for c in range(C)]
         q1_mult = Signal(mult_bits, reset_less=True)
+        channel = cfg.channel_scales
+        biases = bias_buf.bias if channel else bias_buf
+        # Per-channel scales: every column's multiplier and shift (minus one) from the tile's
+        # bias beat (or the command's, for a per-tensor product), the shift carried along the
+        # product's stages to the two shifters (col_shift[c][i] is stage q(i + 1)'s).
+        if channel:
+            tile_mult = Signal(data.ArrayLayout(unsigned(mult_bits), C), reset_less=True)
+            tile_shift = Signal(data.ArrayLayout(unsigned(6), C), reset_less=True)
+            q1_mults = [Signal(mult_bits, name=f"mult_{c}", reset_less=True) for c in range(C)]
+            col_shift = [[Signal(6, name=f"shift_m1_{c}_{i}", reset_less=True)
+                          for i in range(PL + 1)] for c in range(C)]
+        else:
+            q1_mults = [q1_mult] * C
         q5_val = [Signal(wide_shape, name=f"coarse_{c}", reset_less=True) for c in range(C)]
         q6_val = [Signal(wide_shape, name=f"shifted_{c}", reset_less=True) for c in range(C)]
         q7_val = [Signal(signed(acc_bits), name=f"rounded_{c}", reset_less=True)
@@ -547,12 +597,14 @@ class MatmulEngine(wiring.Component):
         q7_bit_a = Signal(C)
         q7_or = [Signal(len(groups), name=f"upper_or_{c}") for c in range(C)]
         q7_and = [Signal(len(groups), name=f"upper_and_{c}") for c in range(C)]
-        products = self._requant_products(m, go, sum_shape, q1_sum, q1_mult)
+        products = self._requant_products(m, go, sum_shape, q1_sum, q1_mults)
 
         row = head.row0 + array.row_index
         with m.If(go):
             with m.If(row_first):
-                m.d.sync += tile_bias.eq(Mux(head.bias_en, bias_buf, 0))
+                m.d.sync += tile_bias.eq(Mux(head.bias_en, biases, 0))
+                if channel:
+                    m.d.sync += [tile_mult.eq(bias_buf.mult), tile_shift.eq(bias_buf.shift_m1)]
             m.d.sync += [
                 meta[0].valid.eq(array.row_valid & (array.row_index <= head.last_row)),
                 meta[0].row.eq(row),
@@ -565,7 +617,16 @@ class MatmulEngine(wiring.Component):
             ]
             m.d.sync += [meta[i].eq(meta[i - 1]) for i in range(1, len(meta))]
             for c in range(C):
-                bias = Mux(row_first, Mux(head.bias_en, bias_buf[c], 0), tile_bias[c])
+                bias = Mux(row_first, Mux(head.bias_en, biases[c], 0), tile_bias[c])
+                shift_m1 = (meta[PL - 1].shift_m1, meta[PL].shift_m1)
+                if channel:
+                    own_mult = Mux(row_first, bias_buf.mult[c], tile_mult[c])
+                    own_shift = Mux(row_first, bias_buf.shift_m1[c], tile_shift[c])
+                    pipe = col_shift[c]
+                    m.d.sync += [q1_mults[c].eq(Mux(head.channel, own_mult, head.mult)),
+                                 pipe[0].eq(Mux(head.channel, own_shift, head.shift_m1))]
+                    m.d.sync += [pipe[i].eq(pipe[i - 1]) for i in range(1, PL + 1)]
+                    shift_m1 = (pipe[PL - 1], pipe[PL])
                 x6 = q6_val[c]
                 # The shift amounts, as every column's own copy (loaded with the stage
                 # before; stored XORed with the column number, so that synthesis keeps the
@@ -574,8 +635,8 @@ class MatmulEngine(wiring.Component):
                 key = c & 7
                 sh_coarse = Signal(3, name=f"sh_coarse_{c}", reset_less=True)
                 sh_fine = Signal(3, name=f"sh_fine_{c}", reset_less=True)
-                m.d.sync += [sh_coarse.eq(meta[PL - 1].shift_m1[3:] ^ key),
-                             sh_fine.eq(meta[PL].shift_m1[:3] ^ key)]
+                m.d.sync += [sh_coarse.eq(shift_m1[0][3:] ^ key),
+                             sh_fine.eq(shift_m1[1][:3] ^ key)]
                 with m.Switch(sh_coarse):
                     for v in range(8):
                         with m.Case(v):
@@ -603,8 +664,8 @@ class MatmulEngine(wiring.Component):
                                    q7_or, q7_and)
         return out_row, meta
 
-    def _requant_products(self, m, go, sum_shape, q1_sum, q1_mult):
-        """Builds one WideMultiplier per column for ``q1_sum[c] * q1_mult``, padded by a
+    def _requant_products(self, m, go, sum_shape, q1_sum, q1_mults):
+        """Builds one WideMultiplier per column for ``q1_sum[c] * q1_mults[c]``, padded by a
         DelayLine to PRODUCT_LATENCY steps; returns the columns' products."""
         PL = self.PRODUCT_LATENCY
         mult_bits = self.cfg.requant_mult_bits
@@ -612,7 +673,7 @@ class MatmulEngine(wiring.Component):
         for c in range(self.cols):
             mul = WideMultiplier(sum_shape, unsigned(mult_bits))
             m.submodules[f"requant_mult_{c}"] = mul
-            m.d.comb += [mul.en.eq(go), mul.a.eq(q1_sum[c]), mul.b.eq(q1_mult)]
+            m.d.comb += [mul.en.eq(go), mul.a.eq(q1_sum[c]), mul.b.eq(q1_mults[c])]
             m.submodules[f"product_pad_{c}"] = pad = DelayLine(mul.p.shape(), PL - mul.latency)
             m.d.comb += [pad.value.eq(mul.p), pad.en.eq(go)]
             products.append(pad.delayed)
