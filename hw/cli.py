@@ -364,7 +364,7 @@ def cmd_perf(args) -> int:
         print(f"{'buffer':>7} {'copies':>6} {'words':>6} {'bits':>5} {'DP16KD':>7}")
         for b in bufs:
             print(f"{b.name:>7} {b.copies:>6} {b.depth:>6} {b.width:>5} {b.blocks:>7}"
-                  + ("  (LUT RAM)" if b.name == "b" and cfg.bias_in_lut_ram else ""))
+                  + ("  (LUT RAM)" if b.name in ("b", "r") and cfg.bias_in_lut_ram else ""))
         total = sum(b.blocks for b in bufs)
         fits = ", ".join(f"{d} {'fits' if total <= n else 'no'} ({n})"
                          for d, (n, _) in ECP5_DEVICES.items())

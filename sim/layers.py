@@ -75,11 +75,16 @@ def pos_enc_specs(cfg: g.AttentionConfig) -> list[dict]:
     return out
 
 
-def make_layer(cfg: g.AttentionConfig, seed: int = 0, scoring: str | None = None):
+def make_layer(cfg: g.AttentionConfig, seed: int = 0, scoring: str | None = None,
+               weight_scales: str | None = None):
     """(FloatLayer, QuantizedLayer, rng) for ``cfg``, quantized for ``scoring`` ("dot" or
-    "additive"; default: additive where the configuration builds an additive scorer)."""
+    "additive"; default: additive where the configuration builds an additive scorer) and
+    ``weight_scales`` ("tensor" or "channel"; default: channel where the configuration builds
+    the scale table)."""
     if scoring is None:
         scoring = "additive" if cfg.additive else "dot"
+    if weight_scales is None:
+        weight_scales = "channel" if cfg.channel_scales else "tensor"
     rng = np.random.default_rng(seed)
     fl = g.random_float_layer(cfg, rng, additive=scoring == "additive")
     calib = rng.normal(0.0, 1.0, (4 * max(cfg.max_seq_len, 8), cfg.d_model))
@@ -88,19 +93,20 @@ def make_layer(cfg: g.AttentionConfig, seed: int = 0, scoring: str | None = None
     # serve every mode: they only bring the codes to X's scale).
     pos_enc = ("1d", None) if cfg.pos_enc else None
     return fl, g.quantize_layer(cfg, fl, calib, calib_kv, pos_enc=pos_enc,
-                                scoring=scoring), rng
+                                scoring=scoring, weight_scales=weight_scales), rng
 
 
 def make_case(cfg: g.AttentionConfig, seed: int, specs: list[dict],
-              scoring: str | None = None):
-    """A quantized layer (for ``scoring``, as :func:`make_layer`) and one run per spec.
+              scoring: str | None = None, weight_scales: str | None = None):
+    """A quantized layer (for ``scoring`` and ``weight_scales``, as :func:`make_layer`) and
+    one run per spec.
 
     A spec has ``seq`` (query rows), optional ``kv`` (rows of a second sequence: cross mode),
     ``causal``, ``key_len`` and the positional encoding's ``pos_enc`` (``"off"``, ``"1d"``,
     ``"2d"``), ``pe_offset`` and ``grid_width``. Each run is a dict with int8 arrays ``x``
     (and ``kv``) plus the mode keys, ready for :func:`golden.attention_int` and the drivers.
     """
-    _, layer, rng = make_layer(cfg, seed, scoring)
+    _, layer, rng = make_layer(cfg, seed, scoring, weight_scales)
     s_x, s_kv = layer.scales["x"], layer.scales["kv"]
     runs = []
     for spec in specs:

@@ -24,11 +24,12 @@ PARAMS = {0x040 + 4 * i: n for i, n in enumerate(
 START, CAUSAL, CROSS, IRQ_EN = 1, 2, 4, 8
 PE_MODE = 0x30           # CTRL[5:4]: 0 off, 1 1-D, 2 2-D
 ADDITIVE = 0x40          # CTRL[6]: additive scoring
+CHANNEL_SCALES = 0x80    # CTRL[7]: per-channel scales from the scale table
 BUSY, DONE, ERROR, WEIGHTS_VALID, START_READY = 1, 2, 4, 8, 16
 (BAD_SEQ_LEN, BAD_KV_LEN, BAD_KEY_LEN, START_WHILE_BUSY, NO_WEIGHTS, STREAM_SHORT,
  STREAM_LONG, WRITE_WHILE_BUSY, BAD_CROSS, BAD_CAUSAL, BAD_SHIFT,
- ENGINE_FAULT, BAD_POSENC, BAD_SCORING) = (1 << i for i in range(14))
-MODES = CAUSAL | CROSS | PE_MODE | ADDITIVE
+ ENGINE_FAULT, BAD_POSENC, BAD_SCORING, BAD_SCALE) = (1 << i for i in range(15))
+MODES = CAUSAL | CROSS | PE_MODE | ADDITIVE | CHANNEL_SCALES
 
 
 class SpecModel:
@@ -37,6 +38,11 @@ class SpecModel:
     def __init__(self, cfg, rmap):
         self.cfg = cfg
         self.base, self.words = rmap.window_base, rmap.window_words
+        # The scale table: after the weights (d*d/4 words each), biases (d words each) and
+        # the additive scorer's w vectors (d/4 words), four vectors of d words.
+        d = cfg.d_model
+        first = d * d + 4 * d + (d // 4 if cfg.additive else 0)
+        self.scale_words = range(first, first + 4 * d) if cfg.channel_scales else range(0)
         self.mask = {SEQ_LEN: 0xFFFF, KV_LEN: 0xFFFF, KEY_LEN: 0xFFFF}
         for off, name in PARAMS.items():
             bits = (cfg.requant_mult_bits if name.startswith("rq") else cfg.exp_mult_bits) \
@@ -60,6 +66,7 @@ class SpecModel:
         self.starts = []         # one entry per start strobe
         self.refused = []        # the cause bits of every START refused by its checks
         self.wwin = []           # (word, data, strb) per window write
+        self.scale_refusals = 0  # scale-table words refused (BAD_SCALE)
 
     @property
     def irq(self):
@@ -69,6 +76,7 @@ class SpecModel:
         p = {"seq_len": self.rw[SEQ_LEN], "kv_len": self.rw[KV_LEN], "key_len": self.rw[KEY_LEN],
              "causal": int(bool(self.ctrl & CAUSAL)), "cross": int(bool(self.ctrl & CROSS)),
              "pe_mode": (self.ctrl & PE_MODE) >> 4, "additive": int(bool(self.ctrl & ADDITIVE)),
+             "channel_scales": int(bool(self.ctrl & CHANNEL_SCALES)),
              "weights_valid": self.weights_valid, "irq": self.irq}
         p.update({name: self.rw[off] for off, name in PARAMS.items()})
         if self.cfg.pos_enc:
@@ -82,7 +90,7 @@ class SpecModel:
         a = addr & ~3
         c = self.cfg
         values = {
-            ID: 0x4154544E, VERSION: 0x00010300, CTRL: self.ctrl,
+            ID: 0x4154544E, VERSION: 0x00010400, CTRL: self.ctrl,
             STATUS: self.busy | DONE * self.done | ERROR * bool(self.causes)
             | WEIGHTS_VALID * self.weights_valid | START_READY * self.start_ready,
             CAUSE: self.causes, CYCLES: self.cycles, BUSY_CYCLES: self.busy_cycles,
@@ -92,7 +100,7 @@ class SpecModel:
             CONFIG2: c.array_rows | c.array_cols << 8 | c.causal_mask << 16
             | c.cross_attention << 17 | ("1d" in c.pos_enc) << 18 | ("2d" in c.pos_enc) << 19,
             CONFIG3: ((c.max_position or c.max_seq_len) if c.pos_enc else 0)
-            | c.additive_lanes << 16,
+            | c.additive_lanes << 16 | c.channel_scales << 24,
             COMMIT: 0, **self.rw}
         return (values[a], OKAY) if a in values else (0, SLVERR)
 
@@ -108,7 +116,11 @@ class SpecModel:
                 self.causes |= WRITE_WHILE_BUSY
             else:
                 self.weights_valid = 0
-                self.wwin.append((word, data, strb))
+                if word in self.scale_words and strb == 0xF and self._bad_scale(data):
+                    self.causes |= BAD_SCALE        # and the word is not written
+                    self.scale_refusals += 1
+                else:
+                    self.wwin.append((word, data, strb))
         elif a == CTRL:
             v = (self.ctrl & ~bm) | new
             self.ctrl = v & (IRQ_EN | MODES)   # mode bits: sampled by START
@@ -135,6 +147,12 @@ class SpecModel:
                        CONFIG2, CONFIG3):
             return SLVERR
         return OKAY
+
+    def _bad_scale(self, data):
+        """A scale-table word: MULT in [requant_mult_bits - 1:0], SHIFT 1..62 in [29:24]."""
+        shift = data >> 24 & 0x3F
+        above_mult = (data & 0xFFFFFF) >> self.cfg.requant_mult_bits
+        return not 1 <= shift <= 62 or bool(data >> 30) or bool(above_mult)
 
     def _start(self, ctrl):
         if not self.start_ready:
@@ -164,6 +182,8 @@ class SpecModel:
             bad |= BAD_POSENC     # (a built encoder checks its settings after START)
         if ctrl & ADDITIVE and not (c.additive and 1 <= self.rw[TANH_SHIFT] <= 62):
             bad |= BAD_SCORING
+        if ctrl & CHANNEL_SCALES and not c.channel_scales:
+            bad |= BAD_SCALE
         if bad:
             self.causes |= bad
             self.refused.append(bad)

@@ -58,8 +58,9 @@ def run_core(cfg, layer, runs, *, idle=0.0, backpressure=0.0, seed=0, max_cycles
             for n in ("q", "k", "v", "pv", "o"):
                 rq = getattr(layer, f"rq_{n}")
                 bad = run.get("bad_shift", False) and n == "v"
-                ctx.set(settings[f"rq_{n}_mult"], rq.mult)
-                ctx.set(settings[f"rq_{n}_shift"], 0 if bad else rq.shift)
+                # (a per-channel projection: the first channel's, as the drivers write)
+                ctx.set(settings[f"rq_{n}_mult"], int(np.atleast_1d(rq.mult)[0]))
+                ctx.set(settings[f"rq_{n}_shift"], 0 if bad else int(np.atleast_1d(rq.shift)[0]))
             x, kv = run["x"], run.get("kv")
             words = run.get("words")
             if words is None:
@@ -75,6 +76,7 @@ def run_core(cfg, layer, runs, *, idle=0.0, backpressure=0.0, seed=0, max_cycles
             ctx.set(settings.cross, int(kv is not None))
             ctx.set(settings.pe_mode, PE_MODE_VALUES[run.get("pos_enc", "off")])
             ctx.set(settings.additive, int(run.get("additive", layer.scoring == "additive")))
+            ctx.set(settings.channel_scales, int(run.get("channel_scales", layer.per_channel)))
             if cfg.additive:
                 ctx.set(settings.tanh_mult, layer.tanh_mult)
                 ctx.set(settings.tanh_shift, layer.tanh_shift)
@@ -295,3 +297,28 @@ def test_additive_scoring(lanes, stalls):
         assert err is None
         check_outputs(cfg, dot, run, words)
         check_cycle_model(cfg, run, counters)
+
+
+@pytest.mark.parametrize("engines,stalls", [(1, False), (2, True)])
+def test_channel_scales(engines, stalls):
+    """Per-channel weight scales from the scale table (CTRL.CHANNEL_SCALES) in every mode; a
+    per-tensor layer on the same hardware; without stalls CYCLES is the model's (the scales
+    come with the bias beats: no cycle more)."""
+    cfg = TINY.replace(channel_scales=True, engines=engines)
+    specs = [dict(seq=8), dict(seq=1), dict(seq=5, causal=True), dict(seq=7, key_len=3),
+             dict(seq=6, kv=8, key_len=5)]
+    layer, runs = make_case(cfg, seed=41, specs=specs)
+    assert layer.per_channel
+    # the channels' scales differ, so a per-tensor run would not match
+    assert len(set(np.asarray(layer.rq_q.mult).tolist())) > 1
+    idle, bp = (0.3, 0.4) if stalls else (0.0, 0.0)
+    results = run_core(cfg, layer, runs, idle=idle, backpressure=bp, seed=7)
+    for run, (words, err, counters) in zip(runs, results):
+        assert err is None, run
+        check_outputs(cfg, layer, run, words)
+        if not stalls:
+            check_cycle_model(cfg, run, counters)
+    tensor, tensor_runs = make_case(cfg, seed=42, specs=specs[:3], weight_scales="tensor")
+    for run, (words, err, _) in zip(tensor_runs, run_core(cfg, tensor, tensor_runs)):
+        assert err is None
+        check_outputs(cfg, tensor, run, words)

@@ -30,7 +30,7 @@ from tests.axil_spec import (BAD_CAUSAL, BAD_POSENC, BAD_SCORING, BAD_CROSS, BAD
                              SpecModel)
 
 TIMINGS = ("fast", "aw_first", "w_first", "simultaneous", "random")
-N_CAUSES = 14
+N_CAUSES = 15
 SHIFTS = [off for off, name in PARAMS.items() if name.endswith("shift")]   # reset to 0
 
 class AxilMaster:
@@ -201,7 +201,7 @@ def test_reset_values(cfg_name):
             want = reg.reset | (START_READY if reg.name == "STATUS" else 0)   # engine input
             assert await m.read(ctx, reg.offset) == (want, OKAY), reg.name
         assert await m.read(ctx, ID) == (0x4154544E, OKAY)
-        assert await m.read(ctx, VERSION) == (0x00010300, OKAY)
+        assert await m.read(ctx, VERSION) == (0x00010400, OKAY)
         assert await m.read(ctx, SEQ_LEN) == (cfg.max_seq_len, OKAY)
         assert await m.read(ctx, KV_LEN) == (cfg.max_kv_len, OKAY)
         assert await m.read(ctx, KEY_LEN) == (0, OKAY)
@@ -235,7 +235,7 @@ def test_access_modes(timing):
             for name, want in model.ports().items():
                 assert ctx.get(getattr(dut, name)) == want, name
         # CTRL.START reads 0, the mode bits stick; RO registers ignored the writes.
-        assert (await m.read(ctx, CTRL))[0] == (0xA5 & 0x3E)
+        assert (await m.read(ctx, CTRL))[0] == (0xA5 & 0xFE)
         assert (await m.read(ctx, ID))[0] == 0x4154544E
         assert (await m.read(ctx, SEQ_LEN))[0] == 0xA5A4
         assert (await m.read(ctx, 0x040))[0] == 0xA5A4 & ((1 << TINY.requant_mult_bits) - 1)
@@ -677,7 +677,8 @@ def test_slverr_and_window(timing):
                                                    name="plain"),
                                  TINY.replace(pos_enc=["1d", "2d"], name="posenc"),
                                  TINY.replace(pos_enc=["1d"], additive_lanes=2,
-                                              name="additive")],
+                                              name="additive"),
+                                 TINY.replace(channel_scales=True, name="channel")],
                          ids=lambda c: c.name)
 def test_random_against_spec(cfg, timing):
     """Random reads, writes, engine events and busy periods, checked against SpecModel."""
@@ -689,6 +690,12 @@ def test_random_against_spec(cfg, timing):
     # is refused, BAD_POSENC, tested on its own); the other configurations' random
     # sequences stay the ones their checks were tuned on.
     ctrl_bits = 7 if cfg.additive else 6 if cfg.pos_enc else 4
+
+    def ctrl_random():
+        """CTRL's random mode bits (with a scale table also CHANNEL_SCALES, bit 7)."""
+        bits = rng.getrandbits(ctrl_bits)
+        return bits | (rng.getrandbits(1) << 7 if cfg.channel_scales else 0)
+    scale_words = SpecModel(cfg, rmap).scale_words
     odd = [0x03C, 0x078, 0x094, 0x0FC, 0x200, base - 4, base + 4 * words, 2 * base - 4]
 
     def address():
@@ -708,14 +715,19 @@ def test_random_against_spec(cfg, timing):
         if a in SHIFTS:     # the edges of 1..62 and random (mostly valid) 6-bit values
             return rng.choice([0, 1, 62, 63, rng.randint(1, 62), rng.getrandbits(32)])
         if a == CTRL:
-            return rng.getrandbits(ctrl_bits) | (START if rng.random() < 0.5 else 0)
+            return ctrl_random() | (START if rng.random() < 0.5 else 0)
         if a == COMMIT:
             return rng.choice([1, 1, 0, rng.getrandbits(32)])
+        if a >= base and (a - base) // 4 in scale_words:    # mostly valid scale words
+            shift = rng.choice([0, 1, 62, 63, rng.randint(1, 62), rng.randint(1, 62)])
+            mult = rng.getrandbits(cfg.requant_mult_bits + (rng.random() < 0.2))
+            return mult | shift << 24 | (rng.random() < 0.1) << 31
         return rng.getrandbits(32)
 
     async def body(ctx, dut, m, events):
         model = SpecModel(cfg, rmap)
-        for _ in range(220):
+        # (more steps with a scale table: its words are a sixth of TINY's window)
+        for _ in range(600 if cfg.channel_scales else 220):
             k = rng.random()
             if k < 0.08:    # a start attempt with committed weights, likely-valid lengths/shifts
                 shifts = [(off, rng.randint(1, 62) if rng.random() < 0.9 else
@@ -723,7 +735,7 @@ def test_random_against_spec(cfg, timing):
                 for a, d in ((SEQ_LEN, rng.randint(1, cfg.max_seq_len)),
                              (KV_LEN, rng.randint(1, cfg.max_kv_len)),
                              (KEY_LEN, rng.randint(0, 4)), *shifts, (COMMIT, 1),
-                             (CTRL, START | rng.getrandbits(ctrl_bits))):
+                             (CTRL, START | ctrl_random())):
                     assert await m.write(ctx, a, d) == model.write(a, d, 0xF), hex(a)
             elif k < 0.45:
                 a, d = address(), None
@@ -763,3 +775,6 @@ def test_random_against_spec(cfg, timing):
     assert model.wwin and (model.starts or cfg.name == "plain"), \
         (len(model.starts), len(model.wwin))
     assert any(bad & BAD_SHIFT for bad in model.refused), model.refused
+    if cfg.channel_scales:      # scale words written, and refused
+        assert any(w in scale_words for w, _, _ in model.wwin)
+        assert model.scale_refusals > 0

@@ -77,15 +77,16 @@ def test_fields_as_specified():
     bits = lambda reg: {f.name: (f.lsb, f.width, f.access.value) for f in rmap[reg].fields}
     assert bits("CTRL") == {"START": (0, 1, "wo"), "CAUSAL": (1, 1, "rw"),
                             "CROSS": (2, 1, "rw"), "IRQ_EN": (3, 1, "rw"),
-                            "PE_MODE": (4, 2, "rw"), "ADDITIVE": (6, 1, "rw")}
+                            "PE_MODE": (4, 2, "rw"), "ADDITIVE": (6, 1, "rw"),
+                            "CHANNEL_SCALES": (7, 1, "rw")}
     assert bits("STATUS") == {"BUSY": (0, 1, "ro"), "DONE": (1, 1, "w1c"),
                               "ERROR": (2, 1, "w1c"), "WEIGHTS_VALID": (3, 1, "ro"),
                               "START_READY": (4, 1, "ro")}
     assert [f.name for f in rmap["ERROR_CAUSE"].fields] == [
         "BAD_SEQ_LEN", "BAD_KV_LEN", "BAD_KEY_LEN", "START_WHILE_BUSY", "NO_WEIGHTS",
         "STREAM_SHORT", "STREAM_LONG", "WRITE_WHILE_BUSY", "BAD_CROSS", "BAD_CAUSAL",
-        "BAD_SHIFT", "ENGINE_FAULT", "BAD_POSENC", "BAD_SCORING"]
-    assert [f.lsb for f in rmap["ERROR_CAUSE"].fields] == list(range(14))
+        "BAD_SHIFT", "ENGINE_FAULT", "BAD_POSENC", "BAD_SCORING", "BAD_SCALE"]
+    assert [f.lsb for f in rmap["ERROR_CAUSE"].fields] == list(range(15))
     assert len(ERROR_CAUSES) == 14
     assert bits("ERROR_CAUSE")["BAD_SHIFT"] == (10, 1, "w1c")
     assert bits("ERROR_CAUSE")["ENGINE_FAULT"] == (11, 1, "w1c")
@@ -95,7 +96,7 @@ def test_fields_as_specified():
     assert bits("CONFIG2")["CROSS_ATTENTION"] == (17, 1, "ro")
     assert bits("RQ_Q_MULT") == {"MULT": (0, 16, "rw")}
     assert bits("RQ_O_SHIFT") == {"SHIFT": (0, 6, "rw")}
-    assert rmap["ID"].reset == 0x4154544E and rmap["VERSION"].reset == 0x00010300
+    assert rmap["ID"].reset == 0x4154544E and rmap["VERSION"].reset == 0x00010400
     assert rmap["SEQ_LEN"].reset == 8 and rmap["KV_LEN"].reset == 8 and rmap["KEY_LEN"].reset == 0
     assert rmap["CONFIG0"].reset == 16 | 2 << 16 | 1 << 24
     assert rmap["CONFIG1"].reset == 8 | 8 << 16
@@ -231,7 +232,7 @@ def test_json_matches_header(name, tmp_path):
     assert value("ATTN_CFG_D_MODEL") == cfg.d_model
     assert value("ATTN_CFG_MAX_SEQ_LEN") == cfg.max_seq_len
     assert [c["name"] for c in data["error_causes"]] == [n for n, _ in ERROR_CAUSES]
-    assert [c["bit"] for c in data["error_causes"]] == list(range(14))
+    assert [c["bit"] for c in data["error_causes"]] == list(range(15))
     assert value("ATTN_ERROR_CAUSE_BAD_SHIFT_MASK") == 1 << 10
     assert value("ATTN_ERROR_CAUSE_ENGINE_FAULT_MASK") == 1 << 11
 

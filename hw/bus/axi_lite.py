@@ -8,7 +8,7 @@ from amaranth import C, Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from golden.config import AttentionConfig
+from golden.config import SCALE_SHIFT_LSB, AttentionConfig
 from hw.bus.settings import StartSignature, WindowWriteSignature
 from hw.bus.regmap import (ERROR_CAUSES, RESP_OKAY, RESP_SLVERR, Access, Guard, RegisterMap,
                        build_regmap, max_shift)
@@ -29,6 +29,7 @@ class _HeldWrite(NamedTuple):
     in_window: Signal       # the held write is to the used part of the weight window
     dirties: Signal         # ... to the window or a layer parameter (clears WEIGHTS_VALID)
     run_only: Signal        # ... to the window or a register that is dropped while busy
+    in_scale: Value         # ... to the scale table (channel_scales; else Const(0))
 
 
 class AxiLiteSignature(wiring.Signature):
@@ -217,7 +218,8 @@ class AxiLiteRegs(wiring.Component):
                      weights_dirty.eq(write & dirties & ~running)]
 
         self._register_fields(m, source, held.hit, running, written)
-        self._window_port(m, held, running)
+        bad_scale = self._scale_check(m, held)
+        self._window_port(m, held, running, bad_scale)
 
         def ones_written(f):
             """Field ``f`` of the strobed write data: the bits a W1C write clears."""
@@ -225,7 +227,7 @@ class AxiLiteRegs(wiring.Component):
 
         self._start_request(m, held.hit, written, ones_written, set_causes)
         self._status_flags(m, held.hit, ones_written, done, causes, set_causes, clear_causes,
-                           write_while_busy, weights_dirty)
+                           write_while_busy, weights_dirty, write & ~running & bad_scale)
 
         m.d.comb += self.irq.eq(irq_en & (done | error))
 
@@ -258,12 +260,18 @@ class AxiLiteRegs(wiring.Component):
         aw_word = bus.awaddr[2:]
         aw_hit = {reg.name: Signal(name=f"aw_hit_{reg.name.lower()}") for reg in rmap}
         in_window = Signal()    # the held write is to the used part of the weight window
+        in_scale = Signal()     # ... to the scale table
         mapped = Signal()       # ... to a register or the window (else SLVERR)
         dirties = Signal()      # ... to the window or a layer parameter (clears WEIGHTS_VALID)
         run_only = Signal()     # ... to the window or a register that is dropped while busy
         with m.If(bus.awvalid & ~aw_full):
             win = bus.awaddr[aw - 1] & (bus.awaddr[2:aw - 1] < rmap.window_words)
             word_hit = {reg.name: aw_word == reg.offset >> 2 for reg in rmap}
+            if rmap.cfg.channel_scales:
+                first = rmap.region("SQ").word_offset
+                end = rmap.region("SO").word_offset + rmap.region("SO").words
+                word = bus.awaddr[2:aw - 1]
+                m.d.sync += in_scale.eq(bus.awaddr[aw - 1] & (word >= first) & (word < end))
             m.d.sync += [aw_full.eq(1), aw_addr.eq(bus.awaddr), in_window.eq(win),
                          mapped.eq(win | Cat(*word_hit.values()).any()),
                          dirties.eq(win | Cat(*[word_hit[reg.name] for reg in rmap
@@ -291,7 +299,7 @@ class AxiLiteRegs(wiring.Component):
             m.d.sync += bresp.eq(Mux(mapped, RESP_OKAY, RESP_SLVERR))
         return _HeldWrite(w_data=w_data, w_strb=w_strb, byte_mask=byte_mask,
                           win_word=win_word, write=write, hit=hit, in_window=in_window,
-                          dirties=dirties, run_only=run_only)
+                          dirties=dirties, run_only=run_only, in_scale=in_scale)
 
     def _register_fields(self, m, source, hit, running, written):
         """The writable fields: each takes ``written(reg, f)`` on its register's ``hit``;
@@ -308,8 +316,23 @@ class AxiLiteRegs(wiring.Component):
                     with m.If(hit[reg.name]):
                         m.d.sync += target.eq(written(reg, f))
 
-    def _window_port(self, m, held, running):
-        """The weight-window write port, from the held write (``held``: :class:`_HeldWrite`)."""
+    def _scale_check(self, m, held):
+        """Whether the held write is a whole scale-table word with a field out of range: the
+        shift outside 1..62, or a bit set above the multiplier's width or the shift's."""
+        cfg = self._cfg
+        if not cfg.channel_scales:
+            return Const(0, 1)
+        data = held.w_data
+        shift = data[SCALE_SHIFT_LSB:SCALE_SHIFT_LSB + 6]
+        bad = Signal()
+        m.d.comb += bad.eq(held.in_scale & (held.w_strb == 0xF) & (
+            (shift == 0) | (shift > 62) | data[cfg.requant_mult_bits:SCALE_SHIFT_LSB].any()
+            | data[SCALE_SHIFT_LSB + 6:].any()))
+        return bad
+
+    def _window_port(self, m, held, running, bad_scale):
+        """The weight-window write port, from the held write (``held``: :class:`_HeldWrite`);
+        a scale-table word with a field out of range (``bad_scale``) is not written."""
         write, in_window, win_word = held.write, held.in_window, held.win_word
         w_data, w_strb = held.w_data, held.w_strb
         # Weight window: registered write port, one cycle per accepted write. The address,
@@ -319,7 +342,7 @@ class AxiLiteRegs(wiring.Component):
         # the enables of those flip-flops, which sit by the weight buffers, far from this block.
         m.d.sync += [self.window.addr.eq(win_word), self.window.data.eq(w_data),
                      self.window.strb.eq(w_strb)]
-        m.d.sync += self.window.en.eq(write & in_window & ~running)
+        m.d.sync += self.window.en.eq(write & in_window & ~running & ~bad_scale)
 
     def _start_request(self, m, hit, written, ones_written, set_causes):
         """``start``: a START written to CTRL raises it the cycle after, with the run settings,
@@ -332,7 +355,10 @@ class AxiLiteRegs(wiring.Component):
         cross_new = written(ctrl, ctrl.field("CROSS"))
         pe_mode_new = written(ctrl, ctrl.field("PE_MODE"))
         additive_new = written(ctrl, ctrl.field("ADDITIVE"))
+        channel_new = written(ctrl, ctrl.field("CHANNEL_SCALES"))
         check = self._start_checks(m, causal_new, cross_new, pe_mode_new, additive_new)
+        if not self._cfg.channel_scales:
+            m.d.comb += check[_CAUSE["BAD_SCALE"]].eq(channel_new)
         m.d.comb += [self.start.payload[port].eq(getattr(self, port))
                      for port in rmap.run_settings()]
         m.d.sync += self.start.valid.eq(0)
@@ -345,7 +371,7 @@ class AxiLiteRegs(wiring.Component):
                 m.d.sync += self.start.valid.eq(1)
 
     def _status_flags(self, m, hit, ones_written, done, causes, set_causes, clear_causes,
-                      write_while_busy, weights_dirty):
+                      write_while_busy, weights_dirty, scale_refused):
         """STATUS.DONE, ERROR_CAUSE (``causes``) and STATUS.WEIGHTS_VALID: their sets, and the
         W1C clears from the bus."""
         rmap = self._regmap
@@ -360,7 +386,8 @@ class AxiLiteRegs(wiring.Component):
 
         # Sticky flags: a set in the same cycle as a clear wins, so no event is lost.
         wwb = Signal(n_causes)
-        m.d.comb += wwb[_CAUSE["WRITE_WHILE_BUSY"]].eq(write_while_busy)
+        m.d.comb += [wwb[_CAUSE["WRITE_WHILE_BUSY"]].eq(write_while_busy),
+                     wwb[_CAUSE["BAD_SCALE"]].eq(scale_refused)]
         engine_causes = Mux(self.error_set, self.error_cause, 0)
         m.d.sync += causes.eq((causes & ~clear_causes) | set_causes | wwb | engine_causes)
         m.d.sync += done.eq((done & ~clear_done) | self.done_set)

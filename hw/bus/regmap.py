@@ -21,7 +21,10 @@ Weight window
     holds element ``2a + k`` for 9..16-bit weights), then ``BQ, BK, BV, BO`` (d_model biases,
     one sign-extended 32-bit word each; two words, low first, when bias_bits > 32, which
     the packing supports and the hardware does not), then with an additive scorer ``WA``
-    (the heads' ``w`` vectors, (heads, head_dim) int8, four to a word). Each
+    (the heads' ``w`` vectors, (heads, head_dim) int8, four to a word), then with
+    ``channel_scales`` the scale table ``SQ, SK, SV, SO`` (d_model words each: the output
+    channel's requantization multiplier in bits [requant_mult_bits - 1:0], its shift 1..62 in
+    [29:24]). Each
     region is padded to whole words; the configuration already requires d_model % 4 == 0, so
     every weight row starts on a word and no padding occurs for the shipped configurations.
 
@@ -39,7 +42,7 @@ import enum
 import json
 from dataclasses import dataclass, field
 
-from golden.config import POS_ENC_MODES, AttentionConfig
+from golden.config import POS_ENC_MODES, SCALE_SHIFT_LSB, AttentionConfig
 
 __all__ = [
     "Access", "Guard", "Field", "Register", "WindowRegion", "RegisterMap", "RegmapError",
@@ -48,7 +51,7 @@ __all__ = [
 ]
 
 ID_VALUE = 0x4154544E            # "ATTN" in ASCII, most significant byte first
-VERSION_VALUE = 0x00010300       # 1.3.0: major[31:16], minor[15:8], patch[7:0]
+VERSION_VALUE = 0x00010400       # 1.4.0: major[31:16], minor[15:8], patch[7:0]
 DATA_BITS = 32
 REG_BLOCK_SIZE = 0x100           # registers live in 0x000..0x0FF
 MIN_WINDOW_BASE = 0x10000
@@ -87,6 +90,9 @@ ERROR_CAUSES = (
                    "PE_OFFSET + SEQ_LEN / PE_GRID_W past the table"),
     ("BAD_SCORING", "START with CTRL.ADDITIVE set but the configuration builds no additive "
                     "scorer, or with TANH_SHIFT outside 1..62"),
+    ("BAD_SCALE", "START with CTRL.CHANNEL_SCALES set but the configuration builds no scale "
+                  "table; or a write to the scale table (SQ..SO) with SHIFT outside 1..62 or "
+                  "bits set above MULT's width or above SHIFT (the write is dropped)"),
 )
 
 #: CTRL.PE_MODE values, in the order of :data:`golden.posenc.PE_MODES`.
@@ -394,7 +400,25 @@ def _window_regions(cfg: AttentionConfig) -> list[WindowRegion]:
         regions.append(WindowRegion(
             "WA", "wa", offset, cfg.heads * cfg.head_dim, (cfg.heads, cfg.head_dim), 8,
             "additive scoring's w vectors (heads, head_dim) row-major, 4 elements per word"))
+        offset += cfg.heads * cfg.head_dim
+    if cfg.channel_scales:
+        for t in ("q", "k", "v", "o"):
+            regions.append(WindowRegion(
+                f"S{t.upper()}", f"rq_{t}", offset, 4 * d, (d,), 32,
+                f"per-channel requantization of the {t.upper()} projection, one word per "
+                f"output channel: MULT [{cfg.requant_mult_bits - 1}:0], SHIFT 1..62 "
+                f"[{SCALE_SHIFT_LSB + 5}:{SCALE_SHIFT_LSB}]"))
+            offset += 4 * d
     return regions
+
+
+def scale_words(rq, channels: int) -> list[int]:
+    """The scale-table words of one projection's requantization ``rq``: per channel
+    ``mult | shift << 24`` (a per-tensor ``Requant`` repeated over the channels)."""
+    import numpy as np
+    mult = np.broadcast_to(np.asarray(rq.mult, dtype=np.int64), (channels,))
+    shift = np.broadcast_to(np.asarray(rq.shift, dtype=np.int64), (channels,))
+    return [int(mu) | int(sh) << SCALE_SHIFT_LSB for mu, sh in zip(mult, shift)]
 
 
 def build_regmap(cfg: AttentionConfig) -> RegisterMap:
@@ -420,6 +444,9 @@ def build_regmap(cfg: AttentionConfig) -> RegisterMap:
               "BAD_POSENC)", port="pe_mode"),
             F("ADDITIVE", 6, 1, Access.RW, "additive scoring sum_d w[d] tanh(q[d] + k[d]) "
               "instead of the dot product (not built: BAD_SCORING)", port="additive"),
+            F("CHANNEL_SCALES", 7, 1, Access.RW, "the projections requantize each output "
+              "channel by its own multiplier and shift from the scale table SQ..SO instead "
+              "of RQ_Q/K/V/O_MULT/SHIFT (not built: BAD_SCALE)", port="channel_scales"),
         )),
         R("STATUS", 0x00C, "Status.", (
             F("BUSY", 0, 1, Access.RO, "a run is in progress", port="busy"),
@@ -483,6 +510,8 @@ def build_regmap(cfg: AttentionConfig) -> RegisterMap:
               "encoder)", reset=cfg.positions if cfg.pos_enc else 0, const=True),
             F("ADDITIVE_LANES", 16, 8, Access.RO, "tanh terms per cycle of each engine's "
               "additive scorer (0: not built)", reset=cfg.additive_lanes, const=True),
+            F("CHANNEL_SCALES", 24, 1, Access.RO, "the scale table of per-channel weight "
+              "scales is built", reset=int(cfg.channel_scales), const=True),
         )),
         *_requant_registers(cfg),
         R("WEIGHTS_COMMIT", 0x080, "Write 1 when all weights and parameters are loaded.",
@@ -516,6 +545,10 @@ def pack_window(rmap: RegisterMap, layer) -> list[int]:
     for g in rmap.regions:
         if g.tensor == "wa" and getattr(layer, "wa", None) is None:
             continue        # a dot-product layer on a configuration with additive scoring
+        if g.tensor.startswith("rq_"):
+            words[g.word_offset:g.word_offset + g.words] = scale_words(
+                getattr(layer, g.tensor), g.words)
+            continue
         t = np.asarray(getattr(layer, g.tensor), dtype=np.int64)
         if t.shape != g.shape:
             raise ValueError(f"{g.tensor} has shape {t.shape}: expected {g.shape}")
@@ -537,19 +570,22 @@ def pack_window(rmap: RegisterMap, layer) -> list[int]:
 
 def param_values(rmap: RegisterMap, layer) -> dict[str, int]:
     """Register name -> value of every requantization/exponent parameter of ``layer``."""
+    import numpy as np
     out = {}
     if getattr(layer, "scoring", "dot") != "dot" and "TANH_MULT" not in rmap:
         raise ValueError(f"the layer is quantized for {layer.scoring} scoring; the "
                          f"configuration builds no additive scorer (additive_lanes = 0): it "
                          f"scores by dot product only")
-    if getattr(layer, "per_channel", False):
-        raise ValueError("the layer requantizes per output channel; the hardware has one "
-                         "multiplier and shift per projection (quantize with weight_scales "
-                         "= 'tensor')")
+    if getattr(layer, "per_channel", False) and not rmap.cfg.channel_scales:
+        raise ValueError(f"the layer requantizes per output channel; {rmap.cfg.name} has one "
+                         f"multiplier and shift per projection (build it with [features] "
+                         f"channel_scales = true, or quantize with weight_scales = 'tensor')")
     for stage in ("q", "k", "v", "pv", "o"):
         rq = getattr(layer, f"rq_{stage}")
-        out[f"RQ_{stage.upper()}_MULT"] = int(rq.mult)
-        out[f"RQ_{stage.upper()}_SHIFT"] = int(rq.shift)
+        # A per-channel projection runs from the scale table (CTRL.CHANNEL_SCALES); its
+        # registers get the first channel's values, which START checks like any.
+        out[f"RQ_{stage.upper()}_MULT"] = int(np.atleast_1d(rq.mult)[0])
+        out[f"RQ_{stage.upper()}_SHIFT"] = int(np.atleast_1d(rq.shift)[0])
     out["EXP_MULT"] = int(layer.exp_mult)
     out["EXP_SHIFT"] = int(layer.exp_shift)
     if "PE_MULT" in rmap:
@@ -735,5 +771,17 @@ def regmap_markdown(cfg: AttentionConfig) -> str:
         "`RQ_*` registers and guarded like them. `CONFIG3.ADDITIVE_LANES` says what is built. "
         "START with `CTRL.ADDITIVE` on a configuration without a scorer, or with "
         "`TANH_SHIFT` outside 1..62, is refused with `BAD_SCORING`.", "",
+        "## Per-channel weight scales", "",
+        "A configuration with `[features] channel_scales = true` builds a scale table beside "
+        "the bias buffers: the window regions `SQ, SK, SV, SO` after the biases (and `WA`), "
+        "one word per output channel of each projection, the requantization multiplier in "
+        "bits `[requant_mult_bits - 1:0]` and the shift (1..62) in `[29:24]`, written whole "
+        "(`WSTRB = 0xF`; other writes are ignored, as for biases). A word with the shift "
+        "outside 1..62 or a bit set above the multiplier's width or above bit 29 is dropped "
+        "and sets `BAD_SCALE`. With `CTRL.CHANNEL_SCALES` a run requantizes the Q, K, V and "
+        "output projections per channel from the table (`RQ_PV_*` still scales P.V); without "
+        "it, from `RQ_Q/K/V/O_*` as before. `CONFIG3.CHANNEL_SCALES` says whether the table "
+        "is built; START with `CTRL.CHANNEL_SCALES` on a configuration without it is refused "
+        "with `BAD_SCALE`.", "",
     ]
     return "\n".join(out)

@@ -132,11 +132,14 @@ class AttentionCore(wiring.Component):
         m.submodules.buffers = buf = CoreBuffers(geom)
         m.submodules.weight_window = ww = WeightWindowWriter(
             geom, buf.w_write[0].signature, buf.b_write[0].signature,
-            AdditiveScorer.w_write_signature(geom.G, geom.dk).flip() if cfg.additive else None)
+            AdditiveScorer.w_write_signature(geom.G, geom.dk).flip() if cfg.additive else None,
+            buf.r_write[0].signature if cfg.channel_scales else None)
         connect(m, wiring.flipped(self.window), ww.window)
         for e in range(E):
             connect(m, ww.w_write[e], buf.w_write[e])
             connect(m, ww.b_write[e], buf.b_write[e])
+            if cfg.channel_scales:
+                connect(m, ww.r_write[e], buf.r_write[e])
 
         # Three stages work on up to three sequences at once: the loader (input stream into an
         # X/KV buffer), the sequencer with the datapath (arrays and softmax), and the streamer
@@ -270,7 +273,8 @@ class AttentionCore(wiring.Component):
             result = self._score_route(m, e, commands.cmd[e], fetch.a[e], fetch.b[e], eng,
                                        run, sinks)
 
-            bias = BiasFetch(geom, buf.b_read[e].signature)
+            bias = BiasFetch(geom, buf.b_read[e].signature,
+                             buf.r_read[e].signature if self.cfg.channel_scales else None)
             writer = ResultWriter(geom, e, eng.result_layout, buf)
             feed = ScoreFeed(geom, buf.s_read[e].signature)
             pwr = ProbWriter(geom, buf.p_write[e][0].signature)
@@ -279,6 +283,8 @@ class AttentionCore(wiring.Component):
             m.submodules[f"score_feed{e}"] = feed
             m.submodules[f"prob_writer{e}"] = pwr
             connect(m, bias.b_read, buf.b_read[e])
+            if self.cfg.channel_scales:
+                connect(m, bias.r_read, buf.r_read[e])
             connect(m, bias.bias, eng.bias)
             connect(m, result, writer.result)
             for name, count in (("q", R), ("k", C)):

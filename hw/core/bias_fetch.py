@@ -7,6 +7,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import ReadPort
 from amaranth.lib.wiring import In, Out
 
+from hw.blocks.matmul import bias_beat_layout
 from hw.core.geometry import CoreGeometry
 from hw.core.jobs import job_layout
 
@@ -29,8 +30,11 @@ class BiasFetch(wiring.Component):
     b_read : ``In(ReadPort.Signature)``
         The bias buffer: word ``(w * G + lh) * TN + tn`` holds biases of columns
         ``tn * C .. tn * C + C - 1``.
-    bias : ``Out(stream.Signature(ArrayLayout(signed(bias_bits), C)))``
-        To the engine.
+    r_read : ``In(ReadPort.Signature)``, with ``channel_scales``
+        The scale buffer, read at the bias buffer's address: lane ``c`` holds the multiplier
+        and the shift minus one of column ``c``.
+    bias : ``Out(stream.Signature(bias_beat_layout(cfg, C)))``
+        To the engine: the biases, with ``channel_scales`` also the columns' scales.
     flush : ``In(1)``
         Drop the job (the sequence is abandoned).
 
@@ -41,15 +45,18 @@ class BiasFetch(wiring.Component):
     last-row flags are counted in registers.
     """
 
-    def __init__(self, geom: CoreGeometry, b_sig: ReadPort.Signature):
+    def __init__(self, geom: CoreGeometry, b_sig: ReadPort.Signature,
+                 r_sig: ReadPort.Signature | None = None):
         self.geom = geom
-        super().__init__({
+        ports = {
             "job": In(stream.Signature(job_layout(geom))),
             "b_read": In(b_sig),
-            "bias": Out(stream.Signature(data.ArrayLayout(signed(geom.cfg.bias_bits),
-                                                          geom.C))),
+            "bias": Out(stream.Signature(bias_beat_layout(geom.cfg, geom.C))),
             "flush": In(1),
-        })
+        }
+        if geom.cfg.channel_scales:
+            ports["r_read"] = In(r_sig)
+        super().__init__(ports)
 
     def elaborate(self, platform):
         m = Module()
@@ -73,8 +80,17 @@ class BiasFetch(wiring.Component):
         rp = self.b_read
         m.d.comb += [rp.addr.eq(addr), rp.en.eq(adv), bias.valid.eq(s1_valid & ~taken),
                      job.ready.eq(~(active | (s1_valid & ~taken)))]
+        biases = bias.payload
+        if g.cfg.channel_scales:
+            biases = bias.payload.bias
+            sp, lane, mb = self.r_read, g.scale_lane_bits, g.cfg.requant_mult_bits
+            m.d.comb += [sp.addr.eq(addr), sp.en.eq(adv)]
+            for c in range(C):
+                word = sp.data[lane * c:lane * (c + 1)]
+                m.d.comb += [bias.payload.mult[c].eq(word[:mb]),
+                             bias.payload.shift_m1[c].eq(word[mb:])]
         for c in range(C):
-            m.d.comb += bias.payload[c].eq(rp.data[bias_bits * c:bias_bits * (c + 1)].as_signed())
+            m.d.comb += biases[c].eq(rp.data[bias_bits * c:bias_bits * (c + 1)].as_signed())
         with m.If(adv):
             m.d.sync += s1_valid.eq(active)
             with m.If(active):

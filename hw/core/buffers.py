@@ -25,6 +25,9 @@ class CoreBuffers(wiring.Component):
         exists only with ``cross_attention`` (else its ports are absent).
     w, b : per engine, words of ``C`` lanes
         Weights (4 int8 per lane) and biases (``bias_bits`` per lane) of the engine's heads.
+    r : per engine, words of ``C`` lanes, with ``channel_scales``
+        The scale table beside ``b`` (same addresses): per lane a requantization multiplier
+        (``requant_mult_bits``) and shift minus one (6 bits) of that output channel.
     q, a : per engine, ``R`` banks of ``C`` int8
         Q of the current head group and the attention output A of every head group.
     k : per engine, ``C`` banks of ``C`` int8; v : per engine, ``C`` int8 per word
@@ -70,6 +73,9 @@ class CoreBuffers(wiring.Component):
         }
         if cfg.cross_attention:
             spec["kv"] = (32, g.kv_depth, None, (R,), cfg.double_buffer)
+        if cfg.channel_scales:
+            lane = g.scale_lane_bits
+            spec["r"] = (lane * C, 4 * G * TN, lane, (E,), False)
         self._spec = spec
         ports = {}
         for name, (width, depth, gran, dims, banked) in spec.items():
@@ -90,7 +96,7 @@ class CoreBuffers(wiring.Component):
         for name, (width, depth, gran, dims, banked) in self._spec.items():
             reads, writes = getattr(self, f"{name}_read"), getattr(self, f"{name}_write")
             attrs = {"no_rw_check": 1}
-            if name == "b" and self.geom.cfg.bias_in_lut_ram:
+            if name in ("b", "r") and self.geom.cfg.bias_in_lut_ram:
                 attrs["ram_style"] = "distributed"
             for index in _indices(dims):
                 mem = Memory(shape=unsigned(width), depth=self._depth(depth, banked), init=[],

@@ -17,7 +17,8 @@ __all__ = ["EngineCommands"]
 class EngineCommands(wiring.Component):
     """Turns each job into a :class:`hw.blocks.matmul.MatmulEngine` command (``m``, ``n``,
     ``k``, bias and requantization enables, the requantization multiplier and shift of the
-    job's stage) and offers it to every engine until each has taken it.
+    job's stage; with ``channel_scales``, ``channel`` for a projection of a run with
+    CTRL.CHANNEL_SCALES) and offers it to every engine until each has taken it.
 
     Members
     -------
@@ -61,6 +62,9 @@ class EngineCommands(wiring.Component):
                 p.bias_en.eq(cur.bias), p.requant_en.eq(rq_en),
                 p.mult.eq(rq_mult), p.shift.eq(rq_shift),
             ]
+            if self.geom.cfg.channel_scales:
+                # CTRL.CHANNEL_SCALES: the projections (the jobs with a bias) per channel
+                m.d.comb += p.channel.eq(cur.bias & run.channel_scales)
             with m.If(cmd.valid & cmd.ready):
                 m.d.sync += pending[e].eq(0)
         with m.If(job.valid):

@@ -119,7 +119,8 @@ class CoreGeometry:
         return self.cfg.seq_len_bits
 
     # Weight window word layout: 4 matrices of d*d/4 words, then 4 bias vectors of d words,
-    # then (additive scoring) the heads' w vectors, d_k/4 words per head.
+    # then (additive scoring) the heads' w vectors, d_k/4 words per head, then (channel_scales)
+    # the scale table: 4 vectors of d words, one (multiplier, shift) word per output channel.
     @property
     def matrix_words(self) -> int:
         return self.d * self.d // 4
@@ -134,8 +135,22 @@ class CoreGeometry:
         return self.cfg.heads * self.dk // 4 if self.cfg.additive else 0
 
     @property
-    def window_words(self) -> int:
+    def scale_base(self) -> int:
+        """Word address of the scale table (``channel_scales``)."""
         return self.wa_base + self.wa_words
+
+    @property
+    def scale_words(self) -> int:
+        return 4 * self.d if self.cfg.channel_scales else 0
+
+    @property
+    def scale_lane_bits(self) -> int:
+        """Bits of one column's entry in the scale buffer: the multiplier, the shift - 1."""
+        return self.cfg.requant_mult_bits + 6
+
+    @property
+    def window_words(self) -> int:
+        return self.scale_base + self.scale_words
 
     @property
     def window_addr_bits(self) -> int:

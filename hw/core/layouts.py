@@ -18,13 +18,16 @@ def sequence_layout(geom: CoreGeometry) -> data.StructLayout:
     streamer): lengths resolved (``kvrows``: rows of K/V, the second sequence's in cross mode;
     ``keylen``: keys not masked as padding), the run's mode and requantization fields, the START
     timestamp ``t0`` and the input buffer ``bank`` it was loaded into. With an additive scorer,
-    CTRL.ADDITIVE and the tanh argument's multiplier and shift."""
+    CTRL.ADDITIVE and the tanh argument's multiplier and shift; with a scale table,
+    CTRL.CHANNEL_SCALES."""
     cfg, lb = geom.cfg, geom.lb
     fields = {"seq": lb, "kvrows": lb, "keylen": lb, "causal": 1, "cross": 1,
               "exp_mult": cfg.exp_mult_bits, "exp_shift": SHIFT_BITS}
     for n in ("q", "k", "v", "pv", "o"):
         fields[f"rq_{n}_mult"] = cfg.requant_mult_bits
         fields[f"rq_{n}_shift"] = SHIFT_BITS
+    if cfg.channel_scales:
+        fields["channel_scales"] = 1
     if cfg.additive:
         fields.update({"additive": 1, "tanh_mult": cfg.requant_mult_bits,
                        "tanh_shift": SHIFT_BITS})

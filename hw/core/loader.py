@@ -238,6 +238,8 @@ class InputLoader(wiring.Component):
         for n in ("q", "k", "v", "pv", "o"):
             for f in ("mult", "shift"):
                 m.d.sync += ld_set[f"rq_{n}_{f}"].eq(st[f"rq_{n}_{f}"])
+        if self.geom.cfg.channel_scales:
+            m.d.sync += ld_set.channel_scales.eq(st.channel_scales)
         if self.geom.cfg.additive:
             m.d.sync += [ld_set.additive.eq(st.additive), ld_set.tanh_mult.eq(st.tanh_mult),
                          ld_set.tanh_shift.eq(st.tanh_shift)]

@@ -21,7 +21,10 @@ class WeightWindowWriter(wiring.Component):
     ``d*d/4`` words, torch ``(out, in)`` layout (word ``a`` of a matrix holds elements
     ``4a..4a+3`` of row ``n = 4a // d``), then 4 bias vectors of ``d`` words (a bias word is
     written whole, ``strb == 0xF``; others are ignored), then with additive scoring the
-    heads' ``w`` vectors, ``d_k / 4`` words per head. Row ``n`` belongs to head
+    heads' ``w`` vectors, ``d_k / 4`` words per head, then with ``channel_scales`` the scale
+    table: 4 vectors (Q, K, V, O) of ``d`` words, the multiplier in bits
+    ``[requant_mult_bits - 1:0]`` and the shift (1..62) in ``[29:24]``, written whole like the
+    biases (the register block refuses a word with fields out of range). Row ``n`` belongs to head
     ``h = n // d_k``, stored by engine ``h % E`` at head group ``h // E``.
 
     Members
@@ -33,6 +36,9 @@ class WeightWindowWriter(wiring.Component):
         + kw`` holds bytes ``4kw..4kw+3`` of column ``tn * C + c``; byte enables from ``strb``.
     b_write : ``In(WritePort.Signature)`` per engine
         Bias buffer writes: lane ``c`` of word ``(vector * G + g) * TN + tn``.
+    r_write : ``In(WritePort.Signature)`` per engine, with ``channel_scales``
+        Scale buffer writes, addressed as the biases: lane ``c`` holds the multiplier and,
+        above it, the shift minus one.
     wa_write : per engine, configurations with an additive scorer
         The scorer's ``w_write``: word ``g * d_k / 4 + a`` of the vectors, byte enables from
         ``strb``.
@@ -44,7 +50,8 @@ class WeightWindowWriter(wiring.Component):
     """
 
     def __init__(self, geom: CoreGeometry, w_sig: WritePort.Signature,
-                 b_sig: WritePort.Signature, wa_sig: wiring.Signature | None = None):
+                 b_sig: WritePort.Signature, wa_sig: wiring.Signature | None = None,
+                 r_sig: WritePort.Signature | None = None):
         self.geom = geom
         ports = {
             "window": In(WindowWriteSignature(geom.window_addr_bits)),
@@ -53,6 +60,8 @@ class WeightWindowWriter(wiring.Component):
         }
         if wa_sig is not None:
             ports["wa_write"] = In(wa_sig).array(geom.E)
+        if r_sig is not None:
+            ports["r_write"] = In(r_sig).array(geom.E)
         super().__init__(ports)
 
     def elaborate(self, platform):
@@ -67,59 +76,76 @@ class WeightWindowWriter(wiring.Component):
         h, ch = divmod_const(n, dk)
         tn, c = divmod_const(ch, C)
         hg, he = divmod_const(h, E)
-        ba = win.addr - 4 * g.matrix_words
-        bsel, bn = divmod_const(ba, d)
-        bh, bch = divmod_const(bn, dk)
-        bhg, bhe = divmod_const(bh, E)
-        btn, bc = divmod_const(bch, C)
         wd_w_addr = Signal(range(4 * G * TN * D4), reset_less=True)
-        wd_b_addr = Signal(range(4 * G * TN), reset_less=True)
         # (at least one bit each, so that no zero-width signal reaches the Verilog)
         wd_w_lane = Signal(range(max(C, 2)), reset_less=True)
-        wd_b_lane = Signal.like(wd_w_lane)
         wd_w_engine = Signal(range(max(E, 2)), reset_less=True)
-        wd_b_engine = Signal.like(wd_w_engine)
         wd_data, wd_strb = Signal(32, reset_less=True), Signal(4, reset_less=True)
-        wd_w_en, wd_b_en = Signal(), Signal()    # a weight / a (whole-word) bias write
-        w_is_bias = win.addr >= 4 * g.matrix_words
+        wd_w_en = Signal()    # a weight write
+        bias_end = g.wa_base
         if g.wa_words:
-            w_is_bias = w_is_bias & (win.addr < g.wa_base)
             self._wa_writes(m, win)
         m.d.sync += [
             wd_w_addr.eq((((wsel * G + hg) * TN + tn) * D4) + kw), wd_w_lane.eq(c),
-            wd_w_engine.eq(he),
-            wd_b_addr.eq((bsel * G + bhg) * TN + btn), wd_b_lane.eq(bc), wd_b_engine.eq(bhe),
-            wd_data.eq(win.data), wd_strb.eq(win.strb),
+            wd_w_engine.eq(he), wd_data.eq(win.data), wd_strb.eq(win.strb),
             wd_w_en.eq(win.en & (win.addr < 4 * g.matrix_words)),
-            wd_b_en.eq(win.en & w_is_bias & (win.strb == 0xF)),
         ]
+        self._vector_writes(m, win, 4 * g.matrix_words, bias_end, self.b_write, "wb",
+                            lambda word: word[:bias_bits])
+        if g.scale_words:
+            mult_bits = g.cfg.requant_mult_bits
+            self._vector_writes(m, win, g.scale_base, g.scale_base + g.scale_words,
+                                self.r_write, "wr",
+                                lambda word: Cat(word[:mult_bits], (word[24:30] - 1)[:6]))
         for e in range(E):
-            wp, bp = self.w_write[e], self.b_write[e]
+            wp = self.w_write[e]
             ew_addr = Signal.like(wd_w_addr, name=f"ww{e}_addr")
             ew_data = Signal.like(wd_data, name=f"ww{e}_data")
             ew_en = Signal(4 * C, name=f"ww{e}_en")         # byte enables, lane c holds 4
-            eb_addr = Signal.like(wd_b_addr, name=f"wb{e}_addr")
-            eb_data = Signal(bias_bits, name=f"wb{e}_data", reset_less=True)
-            eb_en = Signal(C, name=f"wb{e}_en")
             w_here = wd_w_en & (wd_w_engine == e)
-            b_here = wd_b_en & (wd_b_engine == e)
             with m.If(w_here):
                 m.d.sync += [ew_addr.eq(wd_w_addr), ew_data.eq(wd_data)]
-            with m.If(b_here):
-                m.d.sync += [eb_addr.eq(wd_b_addr), eb_data.eq(wd_data[:bias_bits])]
             # Word layout: lane c holds 4 bytes (kk%4 = 0..3) of column c.
-            m.d.sync += [
-                ew_en.eq(Cat(*[Mux(w_here & (wd_w_lane == lane), wd_strb, 0)
-                               for lane in range(C)])),
-                eb_en.eq(Cat(*[b_here & (wd_b_lane == lane) for lane in range(C)])),
-            ]
+            m.d.sync += ew_en.eq(Cat(*[Mux(w_here & (wd_w_lane == lane), wd_strb, 0)
+                                       for lane in range(C)]))
             m.d.comb += [
                 wp.addr.eq(ew_addr), wp.data.eq(Cat(*[ew_data for _ in range(C)])),
                 wp.en.eq(ew_en),
-                bp.addr.eq(eb_addr), bp.data.eq(Cat(*[eb_data for _ in range(C)])),
-                bp.en.eq(eb_en),
             ]
         return m
+
+    def _vector_writes(self, m, win, base, end, ports, name, lane_value):
+        """Whole-word writes of four per-channel vectors of ``d`` words at ``base..end - 1``
+        (the biases, the scale table) into lane ``c`` of word ``(vector * G + g) * TN + tn``
+        of the engine of the channel's head; ``lane_value`` maps the bus word to a lane. The
+        same two register stages as the weights."""
+        g = self.geom
+        C, E, G, TN, d, dk = g.C, g.E, g.G, g.TN, g.d, g.dk
+        vsel, vn = divmod_const(win.addr - base, d)
+        vh, vch = divmod_const(vn, dk)
+        vhg, vhe = divmod_const(vh, E)
+        vtn, vc = divmod_const(vch, C)
+        d_addr = Signal(range(4 * G * TN), reset_less=True)
+        d_lane = Signal(range(max(C, 2)), reset_less=True)
+        d_engine = Signal(range(max(E, 2)), reset_less=True)
+        d_data = Signal(32, reset_less=True)
+        d_en = Signal()
+        m.d.sync += [d_addr.eq((vsel * G + vhg) * TN + vtn), d_lane.eq(vc), d_engine.eq(vhe),
+                     d_data.eq(win.data),
+                     d_en.eq(win.en & (win.addr >= base) & (win.addr < end)
+                             & (win.strb == 0xF))]
+        for e in range(E):
+            port = ports[e]
+            lane = lane_value(d_data)
+            e_addr = Signal.like(d_addr, name=f"{name}{e}_addr")
+            e_data = Signal(len(lane), name=f"{name}{e}_data", reset_less=True)
+            e_en = Signal(C, name=f"{name}{e}_en")
+            here = d_en & (d_engine == e)
+            with m.If(here):
+                m.d.sync += [e_addr.eq(d_addr), e_data.eq(lane)]
+            m.d.sync += e_en.eq(Cat(*[here & (d_lane == c) for c in range(C)]))
+            m.d.comb += [port.addr.eq(e_addr), port.data.eq(Cat(*[e_data for _ in range(C)])),
+                         port.en.eq(e_en)]
 
     def _wa_writes(self, m, win):
         """The w vectors: the same two register stages, to the engine of the word's head."""

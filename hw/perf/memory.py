@@ -3,7 +3,7 @@
 Each memory of :class:`hw.core.buffers.CoreBuffers` maps onto DP16KD blocks in the aspect ratio
 that needs the fewest (16384 x 1 ... 1024 x 18, and 512 x 36 for a memory with one read and
 one write port, which all of these have); the count is that per memory, times its copies
-(banks, engines); the bias buffers count none with ``bias_in_lut_ram``. Synthesis may use
+(banks, engines); the bias and scale buffers count none with ``bias_in_lut_ram``. Synthesis may use
 fewer (LUT RAM for the smallest) or split differently:
 ``make synth`` reports the real figure; this estimate says which buffer limits the sequence
 length before any synthesis runs.
@@ -52,7 +52,7 @@ def buffer_ram(cfg: AttentionConfig) -> list[BufferRam]:
     for name, (width, depth, _, dims, banked) in bufs._spec.items():
         words = CoreBuffers._depth(depth, banked)
         n = prod(dims)
-        lut_ram = name == "b" and cfg.bias_in_lut_ram
+        lut_ram = name in ("b", "r") and cfg.bias_in_lut_ram
         out.append(BufferRam(name, words, width, n,
                              0 if lut_ram else n * dp16kd_blocks(words, width)))
     if cfg.tiled:
