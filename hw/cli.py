@@ -553,7 +553,7 @@ def cmd_run(args) -> int:
                         calib_path=Path(args.calib) if args.calib else None,
                         layer_index=args.layer_index, percentile=args.percentile,
                         layer_prefix=args.layer_prefix, pos_enc=args.pos_enc,
-                        scoring=args.scoring,
+                        scoring=args.scoring, weight_scales=args.weight_scales,
                         pe_offset=args.pe_offset, grid_width=args.grid_width)
     except LayerFileError as e:
         raise UsageError(str(e)) from None
@@ -697,6 +697,10 @@ def _args_run(p) -> None:
                    help="additive: Bahdanau scores w_h . tanh(q + k) (CTRL.ADDITIVE; a "
                    "configuration with [scoring] additive_lanes; the layer file holds wa "
                    "(heads, head_dim))")
+    p.add_argument("--weight-scales", default="tensor", choices=("tensor", "channel"),
+                   help="channel: one requantization multiplier and shift per output channel "
+                   "of each projection (CTRL.CHANNEL_SCALES; a configuration with [features] "
+                   "channel_scales)")
     p.add_argument("--pe-offset", type=int, default=0,
                    help="PE_OFFSET: the first row's position (2-D: its grid row)")
     p.add_argument("--grid-width", type=int, default=None,

@@ -75,6 +75,7 @@ class AttentionDriver:
         self.dut, self.cfg = dut, cfg
         self.rmap = build_regmap(cfg)
         self.additive = False       # the loaded layer's scoring: CTRL.ADDITIVE of its runs
+        self.channel = False        # its per-channel scales: CTRL.CHANNEL_SCALES
         self.period_ns = period_ns
         self.bus = AxiLiteMaster(dut, dut.clk, "s_axi", reset=dut.rst, delay=bus_delay,
                                  seed=seed)
@@ -125,6 +126,7 @@ class AttentionDriver:
         a reset clears them) and, with ``commit``, WEIGHTS_COMMIT."""
         layer.check(self.cfg)
         self.additive = layer.scoring == "additive"     # CTRL.ADDITIVE of the runs
+        self.channel = layer.per_channel                # CTRL.CHANNEL_SCALES
         if weights:
             base = self.rmap.window_base
             resps = await self.bus.write_block(base, pack_window(self.rmap, layer))
@@ -136,9 +138,9 @@ class AttentionDriver:
             assert await self.write("WEIGHTS_COMMIT", 1) == RESP_OKAY
 
     def start_bits(self) -> int:
-        """CTRL's START with the loaded layer's scoring (CTRL.ADDITIVE for an additive one),
-        for a raw START without other mode bits."""
-        return ctrl_word(self.rmap, additive=self.additive)
+        """CTRL's START with the loaded layer's scoring (CTRL.ADDITIVE for an additive one)
+        and scales (CTRL.CHANNEL_SCALES), for a raw START without other mode bits."""
+        return ctrl_word(self.rmap, additive=self.additive, channel_scales=self.channel)
 
     async def clear_status(self):
         await self.write("ERROR_CAUSE", (1 << len(ERROR_CAUSES)) - 1)
@@ -157,7 +159,8 @@ class AttentionDriver:
             await self.write("PE_GRID_W", grid_width or 0)
         await self.write("CTRL", ctrl_word(self.rmap, causal=causal, cross=cross,
                                            pos_enc=pos_enc,
-                                           additive=self.additive, irq=irq))
+                                           additive=self.additive,
+                                           channel_scales=self.channel, irq=irq))
 
     async def run(self, x, kv=None, *, causal: bool = False, key_len: int | None = None,
                   pos_enc: str = "off", pe_offset: int = 0, grid_width: int | None = None,

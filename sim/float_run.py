@@ -217,12 +217,14 @@ def run_float(cfg: g.AttentionConfig, layer_path: Path, input_path: Path, *,
               calib_path: Path | None = None, layer_index: int | None = None,
               percentile: float | None = None, layer_prefix: str | None = None,
               pos_enc: str = "off", pe_offset: int = 0, scoring: str = "dot",
-              grid_width: int | None = None) -> RunReport:
+              grid_width: int | None = None, weight_scales: str = "tensor") -> RunReport:
     """Quantize the float layer of ``layer_path`` (on ``calib_path``, else on the input), run
     the input of ``input_path`` on ``sim`` and compare with the float64 reference.
     ``pos_enc`` (``"off"``, ``"1d"``, ``"2d"``) has the hardware add the positional encoding
     (``pe_offset``: PE_OFFSET, ``grid_width``: PE_GRID_W); the calibration and the reference
-    then add it too (the calibration from position 0)."""
+    then add it too (the calibration from position 0). ``weight_scales`` ``"channel"`` (a
+    configuration with ``channel_scales``) quantizes each projection per output channel and
+    runs it from the scale table (CTRL.CHANNEL_SCALES)."""
     from sim.host import Sequence, run_layer
 
     if causal and not cfg.causal_mask:
@@ -232,6 +234,11 @@ def run_float(cfg: g.AttentionConfig, layer_path: Path, input_path: Path, *,
     if scoring == "additive" and not cfg.additive:
         raise LayerFileError(f"--scoring additive: the configuration {cfg.name} builds no "
                              f"additive scorer ([scoring] additive_lanes = 0)")
+    if weight_scales not in ("tensor", "channel"):
+        raise LayerFileError(f"--weight-scales {weight_scales}: allowed tensor, channel")
+    if weight_scales == "channel" and not cfg.channel_scales:
+        raise LayerFileError(f"--weight-scales channel: the configuration {cfg.name} builds no "
+                             f"scale table ([features] channel_scales = false)")
     if pos_enc != "off" and pos_enc not in cfg.pos_enc:
         raise LayerFileError(f"--pos-enc {pos_enc}: the configuration builds "
                              f"{', '.join(cfg.pos_enc) or 'no positional encoder'} "
@@ -254,7 +261,7 @@ def run_float(cfg: g.AttentionConfig, layer_path: Path, input_path: Path, *,
     try:
         layer = g.quantize_layer(cfg, fl, cx, ckv, causal=causal, key_len=lens,
                                  pos_enc=None if pos_enc == "off" else (pos_enc, grid_width),
-                                 scoring=scoring, **est)
+                                 scoring=scoring, weight_scales=weight_scales, **est)
     except ValueError as e:     # e.g. a scale the requantizer cannot express
         raise LayerFileError(f"cannot quantize the layer on this calibration data: {e}") \
             from None

@@ -98,6 +98,9 @@ def _check(cfg: g.AttentionConfig, layer, sequences) -> list[Sequence]:
     if layer.scoring == "additive" and not cfg.additive:
         raise ValueError(f"the layer is quantized for additive scoring, but {cfg.name} builds "
                          f"no additive scorer (additive_lanes = 0)")
+    if layer.per_channel and not cfg.channel_scales:
+        raise ValueError(f"the layer has per-channel weight scales, but {cfg.name} builds no "
+                         f"scale table ([features] channel_scales = false)")
     seqs = []
     for i, s in enumerate(sequences):
         if not isinstance(s, Sequence):
@@ -169,12 +172,14 @@ def _run_golden(cfg, layer, seqs) -> list[HostResult]:
 # ---------------------------------------------------------------------------- Verilator
 
 def ctrl_word(rmap, *, causal: bool = False, cross: bool = False, pos_enc: str = "off",
-              additive: bool = False, irq: bool = False) -> int:
+              additive: bool = False, channel_scales: bool = False, irq: bool = False) -> int:
     """The CTRL value that starts a run: START, the mode bits and ``IRQ_EN`` if ``irq``
-    (``additive``: the loaded layer's scoring)."""
+    (``additive``: the loaded layer's scoring; ``channel_scales``: its weight scales are
+    per channel)."""
     bit = lambda name: 1 << rmap["CTRL"].field(name).lsb     # noqa: E731
     return (bit("START") | (bit("IRQ_EN") if irq else 0) | (bit("CAUSAL") if causal else 0)
             | (bit("CROSS") if cross else 0) | (bit("ADDITIVE") if additive else 0)
+            | (bit("CHANNEL_SCALES") if channel_scales else 0)
             | PE_MODE_VALUES[pos_enc] << rmap["CTRL"].field("PE_MODE").lsb)
 
 
@@ -197,6 +202,7 @@ class _Program:
         self.cfg, self.s = cfg, script
         self.rmap = build_regmap(cfg)
         self.additive = False       # the loaded layer's scoring
+        self.channel = False        # ... and whether its weight scales are per channel
 
     def addr(self, reg):
         return self.rmap[reg].offset
@@ -206,6 +212,7 @@ class _Program:
 
     def load(self, layer):
         self.additive = layer.scoring == "additive"
+        self.channel = layer.per_channel
         off, n = self.s.put(pack_window(self.rmap, layer))
         self.s.add("wblock", self.rmap.window_base, off, n)
         for name, value in param_values(self.rmap, layer).items():
@@ -227,7 +234,7 @@ class _Program:
             self.s.add("write", self.addr("PE_GRID_W"), seq.grid_width or 0)
         self.s.add("write", self.addr("CTRL"), ctrl_word(
             self.rmap, causal=seq.causal, cross=cross, pos_enc=seq.pos_enc,
-            additive=self.additive, irq=irq))
+            additive=self.additive, channel_scales=self.channel, irq=irq))
         self.expect_ok(tag)
         self.s.add("send", *self.s.put(pack_rows(seq.x)))
         if cross:

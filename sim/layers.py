@@ -22,19 +22,21 @@ def whole_top_configs(tiny: g.AttentionConfig) -> dict[str, g.AttentionConfig]:
     return {
         # one engine, 4x4, causal + cross-attention
         "tiny": tiny,
-        # two head engines in parallel; the 1-D positional encoding on a 20-position table
+        # two head engines in parallel; the 1-D positional encoding on a 20-position table;
+        # per-channel weight scales (its layers are quantized per channel)
         "tiny-2eng": tiny.replace(name="tiny-2eng", engines=2, pos_enc=["1d"],
-                                  max_position=20),
+                                  max_position=20, channel_scales=True),
         # non-square array, two softmax lanes, longer sequences; both positional encodings;
         # an additive scorer of 3 lanes (its layers are quantized for additive scores)
         "narrow": tiny.replace(name="narrow", array_rows=2, array_cols=4, softmax_lanes=2,
                                max_seq_len=12, max_kv_len=10, pos_enc=["1d", "2d"],
                                additive_lanes=3),
         # the key/value-tiled path: two query tiles (8 + 4 rows) by three key tiles at the
-        # longest lengths, two engines; single input and output buffers, biases in LUT RAM
+        # longest lengths, two engines; single input and output buffers, biases (and the
+        # per-channel scale table) in LUT RAM
         "tiled": tiny.replace(name="tiled", engines=2, max_seq_len=12, max_kv_len=12,
                               kv_tile=4, q_tile=8, double_buffer=False,
-                              bias_in_lut_ram=True),
+                              bias_in_lut_ram=True, channel_scales=True),
     }
 
 

@@ -81,7 +81,8 @@ class _Epoch:
         self.cmd("write", p.addr("CTRL"), p.bit("CTRL", "START") | p.bit("CTRL", "IRQ_EN")
                  | (p.bit("CTRL", "CAUSAL") if run["causal"] else 0)
                  | (p.bit("CTRL", "CROSS") if cross else 0)
-                 | (p.bit("CTRL", "ADDITIVE") if p.additive else 0) | ctrl_extra)
+                 | (p.bit("CTRL", "ADDITIVE") if p.additive else 0)
+                 | (p.bit("CTRL", "CHANNEL_SCALES") if p.channel else 0) | ctrl_extra)
 
     def send(self, words):
         self.cmd("send", *self.s.put(words))

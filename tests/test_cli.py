@@ -401,3 +401,29 @@ def test_run_with_additive_scoring(capsys, tmp_path):
         _refused(capsys, ["run", *args, "--input", str(x), "--sim", "golden", "--scoring",
                           "additive", "--out", str(bad)], needle)
         assert not bad.exists()
+
+
+def test_run_with_channel_scales(capsys, tmp_path):
+    """--weight-scales channel on a configuration with a scale table: a per-channel layer (a
+    high cosine, other codes than per-tensor); on one without, a named error and nothing
+    written."""
+    import numpy as np
+    import golden as g
+    conf = tmp_path / "chan.toml"
+    conf.write_text(g.load_config(TINY).replace(channel_scales=True).to_toml())
+    w, x = _float_files(tmp_path, rows=6)
+    outs = {}
+    for scales in ("tensor", "channel"):
+        out = tmp_path / f"Y-{scales}.npz"
+        assert main(["run", "--config", str(conf), "--layer", str(w), "--input", str(x),
+                     "--sim", "golden", "--weight-scales", scales, "--out", str(out)]) == 0
+        with np.load(out) as y:
+            assert y["row_cosine"].min() > 0.98
+            outs[scales] = y["y_int"]
+    capsys.readouterr()
+    assert not np.array_equal(outs["tensor"], outs["channel"])
+    bad = tmp_path / "bad.npz"
+    _refused(capsys, ["run", "--config", str(TINY), "--layer", str(w), "--input", str(x),
+                      "--sim", "golden", "--weight-scales", "channel", "--out", str(bad)],
+             "--weight-scales channel: the configuration tiny builds no scale table")
+    assert not bad.exists()

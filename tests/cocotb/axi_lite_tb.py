@@ -39,7 +39,7 @@ CFG = load_config(os.environ.get("AXIL_CONFIG", str(REPO_ROOT / "configs" / "tin
 SEED = int(os.environ.get("AXIL_SEED", "1"))
 DELAY = float(os.environ.get("AXIL_DELAY", "0"))
 RMAP = build_regmap(CFG)
-N_CAUSES = 14
+N_CAUSES = 15
 SHIFTS = [off for off, name in PARAMS.items() if name.endswith("shift")]   # valid: 1..62
 
 
@@ -98,7 +98,7 @@ class AxiLiteTB:
             "seq_len", "kv_len", "key_len", "causal", "weights_valid", "irq",
             "rq_q_mult", "rq_q_shift", "rq_k_mult", "rq_k_shift", "rq_v_mult", "rq_v_shift",
             "rq_pv_mult", "rq_pv_shift", "rq_o_mult", "rq_o_shift", "exp_mult", "exp_shift",
-            "pe_mode", "additive")
+            "pe_mode", "additive", "channel_scales")
             + (("pe_offset", "pe_grid_w", "pe_mult", "pe_shift") if CFG.pos_enc else ())
             + (("tanh_mult", "tanh_shift") if CFG.additive else ())}
         out["cross"] = int(cross.value)
