@@ -151,6 +151,18 @@ def test_layer_matches_golden(engines):
     assert len(collisions) > 0 and sum(collisions.values()) > 0
 
 
+def check_layer_runs(cfg, layer, runs, *, stalls=False, seed=0):
+    """Runs ``runs`` of ``layer`` on one core (with random stalls if ``stalls``): every run
+    succeeds with golden's output; without stalls CYCLES is the model's."""
+    idle, bp = (0.3, 0.4) if stalls else (0.0, 0.0)
+    results = run_core(cfg, layer, runs, idle=idle, backpressure=bp, seed=seed)
+    for run, (words, err, counters) in zip(runs, results):
+        assert err is None, run
+        check_outputs(cfg, layer, run, words)
+        if not stalls:
+            check_cycle_model(cfg, run, counters)
+
+
 def check_cycle_model(cfg, run, counters):
     """The layer cycle model is exact with an always-valid source and always-ready sink."""
     kv = run.get("kv")
@@ -285,18 +297,9 @@ def test_additive_scoring(lanes, stalls):
     layer, runs = make_case(cfg, seed=31, specs=specs, scoring="additive")
     for run in runs:
         run["additive"] = True
-    idle, bp = (0.3, 0.4) if stalls else (0.0, 0.0)
-    results = run_core(cfg, layer, runs, idle=idle, backpressure=bp, seed=5)
-    for run, (words, err, counters) in zip(runs, results):
-        assert err is None, run
-        check_outputs(cfg, layer, run, words)
-        if not stalls:
-            check_cycle_model(cfg, run, counters)
+    check_layer_runs(cfg, layer, runs, stalls=stalls, seed=5)
     dot, dot_runs = make_case(cfg, seed=32, specs=specs[:3], scoring="dot")
-    for run, (words, err, counters) in zip(dot_runs, run_core(cfg, dot, dot_runs)):
-        assert err is None
-        check_outputs(cfg, dot, run, words)
-        check_cycle_model(cfg, run, counters)
+    check_layer_runs(cfg, dot, dot_runs)
 
 
 @pytest.mark.parametrize("engines,stalls", [(1, False), (2, True)])
@@ -311,14 +314,6 @@ def test_channel_scales(engines, stalls):
     assert layer.per_channel
     # the channels' scales differ, so a per-tensor run would not match
     assert len(set(np.asarray(layer.rq_q.mult).tolist())) > 1
-    idle, bp = (0.3, 0.4) if stalls else (0.0, 0.0)
-    results = run_core(cfg, layer, runs, idle=idle, backpressure=bp, seed=7)
-    for run, (words, err, counters) in zip(runs, results):
-        assert err is None, run
-        check_outputs(cfg, layer, run, words)
-        if not stalls:
-            check_cycle_model(cfg, run, counters)
+    check_layer_runs(cfg, layer, runs, stalls=stalls, seed=7)
     tensor, tensor_runs = make_case(cfg, seed=42, specs=specs[:3], weight_scales="tensor")
-    for run, (words, err, _) in zip(tensor_runs, run_core(cfg, tensor, tensor_runs)):
-        assert err is None
-        check_outputs(cfg, tensor, run, words)
+    check_layer_runs(cfg, tensor, tensor_runs)

@@ -214,7 +214,13 @@ def test_engine_random_commands(rows, cols, idle, bp):
     cases = _cases(cfg, rng, 6)
     cases.append(extreme_case(cfg, 8, 16, 16, bias=True, requant=False))
     cases.append(extreme_case(cfg, 5, 7, 16, bias=True, requant=True))
-    bench = EngineBench(MatmulEngine(cfg), idle, bp, seed=7)
+    check_commands(cfg, cases, idle, bp, seed=7)
+
+
+def check_commands(cfg, cases, idle, bp, seed):
+    """``cases`` back to back on one engine under ``idle``/``bp``: golden's rows, no error,
+    every operand taken."""
+    bench = EngineBench(MatmulEngine(cfg), idle, bp, seed=seed)
     expected = []
     for case in cases:
         bench.add(case)
@@ -239,15 +245,7 @@ def test_engine_channel_scales(rows, cols, idle, bp):
         kind = i % 3        # per-channel, per-tensor, raw
         cases.append(random_case(cfg, rng, m, n, k, bias=kind < 2 or bool(rng.integers(2)),
                                  requant=kind < 2, channel=kind == 0, probs=False))
-    bench = EngineBench(MatmulEngine(cfg), idle, bp, seed=11)
-    expected = []
-    for case in cases:
-        bench.add(case)
-        expected += expected_rows(cfg, case)
-    got = bench.run(len(expected))
-    assert got == expected
-    assert bench.errors == 0
-    assert all(v == 0 for v in bench.leftover.values()), bench.leftover
+    check_commands(cfg, cases, idle, bp, seed=11)
 
 
 @pytest.mark.parametrize("idle,bp", [(0.0, 0.0), (0.3, 0.4)])
