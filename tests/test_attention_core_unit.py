@@ -287,11 +287,12 @@ def test_positional_encoding(stalls):
     check_outputs(cfg, layer, runs[-1], words)
 
 
-@pytest.mark.parametrize("lanes,stalls", [(3, False), (16, True)])
-def test_additive_scoring(lanes, stalls):
+@pytest.mark.parametrize("lanes,stalls,channel", [(3, False, False), (16, True, True)])
+def test_additive_scoring(lanes, stalls, channel):
     """Additive scores (the layer quantized for them) in every mode, with the 1-D encoding
-    too; a dot-product layer on the same hardware; without stalls CYCLES is the model's."""
-    cfg = TINY.replace(additive_lanes=lanes, pos_enc=["1d"])
+    too (and with ``channel``, per-channel weight scales: the window holds WA and the scale
+    table); a dot-product layer on the same hardware; without stalls CYCLES is the model's."""
+    cfg = TINY.replace(additive_lanes=lanes, pos_enc=["1d"], channel_scales=channel)
     specs = [dict(seq=8), dict(seq=1), dict(seq=5, causal=True), dict(seq=7, key_len=3),
              dict(seq=6, kv=8, key_len=5), dict(seq=8, pos_enc="1d", causal=True)]
     layer, runs = make_case(cfg, seed=31, specs=specs, scoring="additive")

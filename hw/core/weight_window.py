@@ -159,7 +159,9 @@ class WeightWindowWriter(wiring.Component):
         d_data, d_strb = Signal(32, reset_less=True), Signal(4, reset_less=True)
         d_en = Signal()
         m.d.sync += [d_addr.eq(hg * hw + a), d_engine.eq(he), d_data.eq(win.data),
-                     d_strb.eq(win.strb), d_en.eq(win.en & (win.addr >= g.wa_base))]
+                     d_strb.eq(win.strb),
+                     d_en.eq(win.en & (win.addr >= g.wa_base)
+                             & (win.addr < g.wa_base + g.wa_words))]
         for e in range(E):
             wp = self.wa_write[e]
             here = d_en & (d_engine == e)
