@@ -569,17 +569,12 @@ class MatmulEngine(wiring.Component):
         q1_mult = Signal(mult_bits, reset_less=True)
         channel = cfg.channel_scales
         biases = bias_buf.bias if channel else bias_buf
-        # Per-channel scales: every column's multiplier and shift (minus one) from the tile's
-        # bias beat (or the command's, for a per-tensor product), the shift carried along the
-        # product's stages to the two shifters (col_shift[c][i] is stage q(i + 1)'s).
         if channel:
-            tile_mult = Signal(data.ArrayLayout(unsigned(mult_bits), C), reset_less=True)
-            tile_shift = Signal(data.ArrayLayout(unsigned(6), C), reset_less=True)
-            q1_mults = [Signal(mult_bits, name=f"mult_{c}", reset_less=True) for c in range(C)]
-            col_shift = [[Signal(6, name=f"shift_m1_{c}_{i}", reset_less=True)
-                          for i in range(PL + 1)] for c in range(C)]
+            q1_mults, shift_srcs = self._channel_scales(m, go, head, row_first, bias_buf)
         else:
+            # one multiplier and shift per tile; the shifters' amounts from the side data
             q1_mults = [q1_mult] * C
+            shift_srcs = [(meta[PL - 1].shift_m1, meta[PL].shift_m1)] * C
         q5_val = [Signal(wide_shape, name=f"coarse_{c}", reset_less=True) for c in range(C)]
         q6_val = [Signal(wide_shape, name=f"shifted_{c}", reset_less=True) for c in range(C)]
         q7_val = [Signal(signed(acc_bits), name=f"rounded_{c}", reset_less=True)
@@ -603,8 +598,6 @@ class MatmulEngine(wiring.Component):
         with m.If(go):
             with m.If(row_first):
                 m.d.sync += tile_bias.eq(Mux(head.bias_en, biases, 0))
-                if channel:
-                    m.d.sync += [tile_mult.eq(bias_buf.mult), tile_shift.eq(bias_buf.shift_m1)]
             m.d.sync += [
                 meta[0].valid.eq(array.row_valid & (array.row_index <= head.last_row)),
                 meta[0].row.eq(row),
@@ -618,15 +611,7 @@ class MatmulEngine(wiring.Component):
             m.d.sync += [meta[i].eq(meta[i - 1]) for i in range(1, len(meta))]
             for c in range(C):
                 bias = Mux(row_first, Mux(head.bias_en, biases[c], 0), tile_bias[c])
-                shift_m1 = (meta[PL - 1].shift_m1, meta[PL].shift_m1)
-                if channel:
-                    own_mult = Mux(row_first, bias_buf.mult[c], tile_mult[c])
-                    own_shift = Mux(row_first, bias_buf.shift_m1[c], tile_shift[c])
-                    pipe = col_shift[c]
-                    m.d.sync += [q1_mults[c].eq(Mux(head.channel, own_mult, head.mult)),
-                                 pipe[0].eq(Mux(head.channel, own_shift, head.shift_m1))]
-                    m.d.sync += [pipe[i].eq(pipe[i - 1]) for i in range(1, PL + 1)]
-                    shift_m1 = (pipe[PL - 1], pipe[PL])
+                coarse_src, fine_src = shift_srcs[c]
                 x6 = q6_val[c]
                 # The shift amounts, as every column's own copy (loaded with the stage
                 # before; stored XORed with the column number, so that synthesis keeps the
@@ -635,8 +620,8 @@ class MatmulEngine(wiring.Component):
                 key = c & 7
                 sh_coarse = Signal(3, name=f"sh_coarse_{c}", reset_less=True)
                 sh_fine = Signal(3, name=f"sh_fine_{c}", reset_less=True)
-                m.d.sync += [sh_coarse.eq(shift_m1[0][3:] ^ key),
-                             sh_fine.eq(shift_m1[1][:3] ^ key)]
+                m.d.sync += [sh_coarse.eq(coarse_src[3:] ^ key),
+                             sh_fine.eq(fine_src[:3] ^ key)]
                 with m.Switch(sh_coarse):
                     for v in range(8):
                         with m.Case(v):
@@ -663,6 +648,30 @@ class MatmulEngine(wiring.Component):
         out_row = self._output_row(m, meta[PL + 3], q7_val, q7_sign, q7_low_ones, q7_bit_a,
                                    q7_or, q7_and)
         return out_row, meta
+
+    def _channel_scales(self, m, go, head, row_first, bias_buf):
+        """Per-channel scales: every column's multiplier and shift (minus one) from its tile's
+        bias beat (or the command's, for a per-tensor product), loaded with the bias sum, the
+        shift carried along the product's stages to the two shifters. Returns the columns'
+        multiplier registers and, per column, the shift registers of stages q(PL) and
+        q(PL + 1) (the sources of the coarse and the fine amount)."""
+        C, PL = self.cols, self.PRODUCT_LATENCY
+        mult_bits = self.cfg.requant_mult_bits
+        tile_mult = Signal(data.ArrayLayout(unsigned(mult_bits), C), reset_less=True)
+        tile_shift = Signal(data.ArrayLayout(unsigned(6), C), reset_less=True)
+        mults = [Signal(mult_bits, name=f"mult_{c}", reset_less=True) for c in range(C)]
+        pipes = [[Signal(6, name=f"shift_m1_{c}_{i}", reset_less=True) for i in range(PL + 1)]
+                 for c in range(C)]
+        with m.If(go):
+            with m.If(row_first):
+                m.d.sync += [tile_mult.eq(bias_buf.mult), tile_shift.eq(bias_buf.shift_m1)]
+            for c, pipe in enumerate(pipes):
+                own_mult = Mux(row_first, bias_buf.mult[c], tile_mult[c])
+                own_shift = Mux(row_first, bias_buf.shift_m1[c], tile_shift[c])
+                m.d.sync += [mults[c].eq(Mux(head.channel, own_mult, head.mult)),
+                             pipe[0].eq(Mux(head.channel, own_shift, head.shift_m1))]
+                m.d.sync += [pipe[i].eq(pipe[i - 1]) for i in range(1, PL + 1)]
+        return mults, [(pipe[PL - 1], pipe[PL]) for pipe in pipes]
 
     def _requant_products(self, m, go, sum_shape, q1_sum, q1_mults):
         """Builds one WideMultiplier per column for ``q1_sum[c] * q1_mults[c]``, padded by a
