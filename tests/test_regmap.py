@@ -87,7 +87,7 @@ def test_fields_as_specified():
         "STREAM_SHORT", "STREAM_LONG", "WRITE_WHILE_BUSY", "BAD_CROSS", "BAD_CAUSAL",
         "BAD_SHIFT", "ENGINE_FAULT", "BAD_POSENC", "BAD_SCORING", "BAD_SCALE"]
     assert [f.lsb for f in rmap["ERROR_CAUSE"].fields] == list(range(15))
-    assert len(ERROR_CAUSES) == 14
+    assert len(ERROR_CAUSES) == 15
     assert bits("ERROR_CAUSE")["BAD_SHIFT"] == (10, 1, "w1c")
     assert bits("ERROR_CAUSE")["ENGINE_FAULT"] == (11, 1, "w1c")
     assert rmap["ERROR_CAUSE"].reset == 0
