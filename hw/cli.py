@@ -199,12 +199,16 @@ def cmd_vectors(args) -> int:
 def cmd_accuracy(args) -> int:
     from golden.accuracy import run
     _need("--rows", args.rows, 1)
+    if args.rtl and args.no_model:
+        raise UsageError("--rtl runs the real model's layer: it cannot go with --no-model")
     out = Path(args.out)
     from golden.real_model import ModelMissing
     try:
         rep = run(out, args.rows, args.seed, real_model=not args.no_model)
     except ModelMissing as e:
         raise UsageError(str(e)) from None
+    if args.rtl:
+        _accuracy_rtl(rep, out, args.rtl)
     ov = rep["softmax"]["overall"]
     print(f"softmax: {ov['rows']} rows, {ov['outputs']} outputs: max err "
           f"{ov['softmax_max_err_lsb']:.3f} LSB, correctly rounded "
@@ -238,6 +242,23 @@ def cmd_accuracy(args) -> int:
         print(f"MISSED: {miss}")
     print(f"wrote {out / 'accuracy.json'} and {out / 'softmax_error.png'}")
     return 1 if rep["misses"] else 0
+
+
+def _accuracy_rtl(rep: dict, out: Path, sim: str) -> None:
+    """The real model's layer 0 on the generated top (``sim.real_layer``): added to the report
+    (``real_model.rtl``) and to its misses when a word differs from golden."""
+    import json
+    from sim.real_layer import real_layer_rtl
+    r = real_layer_rtl(0, sim=sim)
+    rep["real_model"]["rtl"] = r
+    if r["mismatches"]:
+        rep["misses"].append(f"all-MiniLM-L6-v2 layer 0 on {sim}: {r['mismatches']} of "
+                             f"{r['values']} output values differ from golden")
+    (out / "accuracy.json").write_text(json.dumps(rep, indent=2) + "\n")
+    print(f"all-MiniLM-L6-v2 layer 0 on the generated top ({r['config']}, {sim}): "
+          f"{r['sentences']} sentences, {r['values']} values, {r['mismatches']} differ from "
+          f"golden; row cosine against float64 worst {r['cosine_min']:.4f} mean "
+          f"{r['cosine_mean']:.4f} ({r['wall_s']:.0f} s)")
 
 
 # ---------------------------------------------------------------------------- cycles
@@ -645,6 +666,10 @@ def _args_accuracy(p) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-model", action="store_true",
                    help="skip the real model (all-MiniLM-L6-v2; needs requirements-model.txt)")
+    p.add_argument("--rtl", default=None, choices=("verilator", "fast-icarus"),
+                   help="also run the real model's layer 0 (int8, per-channel weight scales) "
+                   "on the generated top of its size through this harness, every output word "
+                   "against golden (Verilator: about 15 minutes with the builds)")
 
 
 def _args_bench(p) -> None:

@@ -427,3 +427,8 @@ def test_run_with_channel_scales(capsys, tmp_path):
                       "--sim", "golden", "--weight-scales", "channel", "--out", str(bad)],
              "--weight-scales channel: the configuration tiny builds no scale table")
     assert not bad.exists()
+
+
+def test_accuracy_rtl_needs_the_model(capsys):
+    _refused(capsys, ["accuracy", "--rtl", "verilator", "--no-model"],
+             "--rtl runs the real model's layer: it cannot go with --no-model")
