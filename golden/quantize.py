@@ -88,9 +88,10 @@ def quantize_layer(cfg: AttentionConfig, layer: FloatLayer, calib_x, calib_kv=No
     sequences together, by ``estimator``: ``"max"`` or ``"percentile"`` (of the magnitudes,
     ``percentile`` per cent); ``scales`` in the result records all of them.
 
-    ``weight_scales`` is ``"tensor"`` (one scale per weight matrix, the hardware's) or
-    ``"channel"`` (one per output channel, i.e. per row of the ``(out, in)`` matrix: each
-    projection then requantizes with a :class:`ChannelRequant`; golden model only).
+    ``weight_scales`` is ``"tensor"`` (one scale per weight matrix) or ``"channel"`` (one per
+    output channel, i.e. per row of the ``(out, in)`` matrix: each projection then
+    requantizes with a :class:`ChannelRequant`; the hardware's scale table, built with
+    ``channel_scales``).
 
     ``scoring="additive"`` quantizes for additive scores (``layer.wa`` needed): Q and K share
     the larger of their scales, so ``q + k`` is exact, and the tanh argument and the score's
