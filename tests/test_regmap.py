@@ -295,3 +295,24 @@ def test_cli(tmp_path):
     assert json.loads((tmp_path / "regmap.json").read_text())["name"] == "tiny"
     assert "#define ATTN_ID_OFFSET 0x000u" in (tmp_path / "attention_regs.h").read_text()
     assert (tmp_path / "register_map.md").read_text().startswith("# Register map")
+
+
+def test_scale_table_window_and_header():
+    """With channel_scales: the SQ..SO regions after the biases, the C header's scale-word
+    fields, and pack_window's words (a per-tensor projection repeated over the channels)."""
+    import numpy as np
+    from golden.fixed import ChannelRequant, Requant
+    from hw.bus.regmap import regmap_c_header, scale_words
+    cfg = cfg_of("tiny").replace(channel_scales=True)
+    rmap = build_regmap(cfg)
+    d = cfg.d_model
+    names = [g.name for g in rmap.regions]
+    assert names[-4:] == ["SQ", "SK", "SV", "SO"]
+    assert rmap.region("SQ").offset == rmap.region("BO").offset + 4 * d
+    header = regmap_c_header(cfg)
+    assert "#define ATTN_SCALE_SHIFT_LSB 24u" in header
+    assert f"#define ATTN_SCALE_MULT_BITS {cfg.requant_mult_bits}u" in header
+    rq = ChannelRequant(np.arange(1, d + 1, dtype=np.int64), np.full(d, 9, dtype=np.int64))
+    assert scale_words(rq, d)[:2] == [1 | 9 << 24, 2 | 9 << 24]
+    assert scale_words(Requant(77, 5), 3) == [77 | 5 << 24] * 3
+    assert "SCALE_SHIFT_LSB" not in regmap_c_header(cfg_of("tiny"))

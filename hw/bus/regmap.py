@@ -649,6 +649,11 @@ def regmap_c_header(cfg: AttentionConfig, prefix: str = "ATTN") -> str:
         lines.append(f"#define {p}_OFFSET 0x{g.offset:08X}u")
         lines.append(f"#define {p}_SIZE 0x{g.size:08X}u")
         lines.append(f"#define {p}_ELEMENT_BITS {g.element_bits}u")
+    if rmap.cfg.channel_scales:
+        lines.append("/* A scale-table word (SQ..SO): MULT | SHIFT << SCALE_SHIFT_LSB. */")
+        lines.append(f"#define {prefix}_SCALE_MULT_BITS {rmap.cfg.requant_mult_bits}u")
+        lines.append(f"#define {prefix}_SCALE_SHIFT_LSB {SCALE_SHIFT_LSB}u")
+        lines.append(f"#define {prefix}_SCALE_SHIFT_BITS {SHIFT_BITS}u")
     lines.append("")
     lines.append("/* Generated configuration. */")
     c = cfg.to_dict()

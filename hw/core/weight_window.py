@@ -7,6 +7,7 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import WritePort
 from amaranth.lib.wiring import In
 
+from golden.config import SCALE_SHIFT_LSB
 from hw.bus.settings import WindowWriteSignature
 from hw.core.arith import divmod_const
 from hw.core.geometry import CoreGeometry
@@ -96,7 +97,9 @@ class WeightWindowWriter(wiring.Component):
             mult_bits = g.cfg.requant_mult_bits
             self._vector_writes(m, win, g.scale_base, g.scale_base + g.scale_words,
                                 self.r_write, "wr",
-                                lambda word: Cat(word[:mult_bits], (word[24:30] - 1)[:6]))
+                                lambda word: Cat(word[:mult_bits],
+                                                 (word[SCALE_SHIFT_LSB:SCALE_SHIFT_LSB + 6]
+                                                  - 1)[:6]))
         for e in range(E):
             wp = self.w_write[e]
             ew_addr = Signal.like(wd_w_addr, name=f"ww{e}_addr")
