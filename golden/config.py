@@ -48,6 +48,7 @@ _SECTIONS = {
 
 #: A scale-table word of ``channel_scales``: the multiplier in bits [23:0], the shift in
 #: [29:24] (the weight window's packing, ``hw.bus.regmap``; the hardware's field widths).
+ACT_BITS_BUILT = (8, 16)   # activation widths the hardware is built for
 SCALE_MULT_BITS = 24
 SCALE_SHIFT_LSB = 24
 
@@ -175,9 +176,14 @@ class AttentionConfig:
                 f"when cross_attention is false (self-attention keys are the queries' rows)")
 
         # The generated hardware's limits (the golden model alone would take 2..16 bits): the
-        # 32-bit AXI4-Stream and weight-window words carry four 8-bit elements, and the
-        # softmax output feeds the 8-bit P.V operand of the array.
-        need("act_bits", 8, 8, "32-bit bus words carry four 8-bit activations")
+        # 32-bit AXI4-Stream words carry four 8-bit or two 16-bit activations, the
+        # weight-window words four 8-bit weights, and the softmax output feeds the 8-bit P
+        # operand of P.V.
+        need("act_bits", 8, 16, "32-bit bus words carry four 8-bit or two 16-bit activations")
+        if self.act_bits not in ACT_BITS_BUILT:
+            raise ConfigError(
+                f"act_bits = {self.act_bits} is out of range: allowed 8 or 16 (32-bit bus "
+                f"words carry four 8-bit or two 16-bit activations)")
         need("weight_bits", 8, 8, "32-bit weight-window words carry four 8-bit weights")
         need("prob_bits", 2, 8, "probabilities are the 8-bit P operand of P.V")
         need("acc_bits", 8, 48)
@@ -219,12 +225,15 @@ class AttentionConfig:
                 f"{self.array_cols} (a score word of array_cols values feeds whole softmax beats)")
         if self.d_model % 4:
             raise ConfigError(
-                f"d_model = {self.d_model} must be a multiple of 4: the 32-bit AXI4-Stream and "
-                f"weight-window words each carry 4 int8 elements of one row")
+                f"d_model = {self.d_model} must be a multiple of 4: the 32-bit weight-window "
+                f"words carry 4 int8 weights of one row, the AXI4-Stream words "
+                f"{self.act_per_word} activations")
 
         self._check_tiling(need)
         self._check_pos_enc(need)
         self._check_additive(need)
+        if self.act_bits == 16:
+            self._check_act16()
 
         # Every accumulation must be exact in acc_bits (no wrap-around in any product).
         limit = 2 ** (self.acc_bits - 1) - 1
@@ -240,6 +249,16 @@ class AttentionConfig:
                 f"recip_bits = {self.recip_bits} with max_kv_len = {self.max_kv_len} makes the "
                 f"softmax reciprocal {self.sum_bits + self.recip_bits} bits wide: allowed "
                 f"recip_bits <= {60 - self.sum_bits}")
+
+    def _check_act16(self):
+        """What 16-bit activations are not built for: the additive scorer's tanh argument and
+        the positional encoder's adders take int8 operands."""
+        if self.additive_lanes:
+            raise ConfigError(f"additive_lanes = {self.additive_lanes} with act_bits = 16: the "
+                              f"additive scorer takes int8 Q and K (allowed additive_lanes = 0)")
+        if self.pos_enc:
+            raise ConfigError(f"pos_enc = {list(self.pos_enc)!r} with act_bits = 16: the "
+                              f"positional encoder adds to int8 inputs (allowed pos_enc = [])")
 
     def _check_tiling(self, need):
         """The key/value-tiled path's limits (``kv_tile`` > 0); 0 leaves the others unused."""
@@ -359,6 +378,16 @@ class AttentionConfig:
         headroom = 2 ** (self.acc_bits - 1) - 1 - self.d_model * 2 ** (self.act_bits - 1) \
             * 2 ** (self.weight_bits - 1)
         return min(headroom, 2 ** (self.bias_bits - 1) - 1)
+
+    @property
+    def act_per_word(self) -> int:
+        """Activations per 32-bit AXI4-Stream word (4 int8 or 2 int16)."""
+        return 32 // self.act_bits
+
+    @property
+    def act_row_words(self) -> int:
+        """32-bit AXI4-Stream words of one row of ``d_model`` activations."""
+        return self.d_model // self.act_per_word
 
     @property
     def score_bits(self) -> int:

@@ -75,24 +75,16 @@ def unpack_array(word: int, width: int, count: int, signed: bool = True) -> list
     return [to_signed(v, width) for v in out] if signed else out
 
 
-def pack_rows(rows) -> list[int]:
-    """int8 rows (2-D, width % 4 == 0) -> 32-bit words, element 4a+k in byte k of word a."""
-    words = []
-    for row in rows:
-        vals = [int(v) & 0xFF for v in row]
-        for a in range(0, len(vals), 4):
-            words.append(vals[a] | vals[a + 1] << 8 | vals[a + 2] << 16 | vals[a + 3] << 24)
-    return words
+def pack_rows(rows, bits: int = 8) -> list[int]:
+    """:func:`sim.host.pack_rows` as a list of ints (the cocotb stream source's words)."""
+    from sim.host import pack_rows as pack
+    return [int(w) for w in pack(rows, bits)]
 
 
-def unpack_words(words, width: int) -> list[list[int]]:
-    """32-bit words -> rows of ``width`` signed int8 values."""
-    flat = []
-    for w in words:
-        for k in range(4):
-            b = (w >> (8 * k)) & 0xFF
-            flat.append(b - 256 if b & 0x80 else b)
-    return [flat[i:i + width] for i in range(0, len(flat), width)]
+def unpack_words(words, width: int, bits: int = 8) -> list[list[int]]:
+    """:func:`sim.host.unpack_words` as lists of ints."""
+    from sim.host import unpack_words as unpack
+    return unpack(list(words), width, bits).tolist()
 
 
 # ---------------------------------------------------------------------------- clock, reset

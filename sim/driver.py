@@ -84,7 +84,7 @@ class AttentionDriver:
         self.sink = AxiStreamWords(dut, "m_axis", dut.clk, dut.rst, sink=True,
                                    pause=backpressure, seed=seed + 1)
         self.monitor = AxiMonitor(dut, strict=strict_monitor)
-        self.out_words = cfg.d_model // 4      # output words per row
+        self.out_words = cfg.act_row_words   # output words per row
         self._bus_lock = Lock()     # overlapped runs use the bus from two coroutines
 
     def set_stalls(self, idle: float, backpressure: float, bus_delay: float, seed: int):
@@ -176,7 +176,8 @@ class AttentionDriver:
         if kv_len is None:
             kv_len = len(kv) if cross else 0
         packets = ([words] if words is not None
-                   else [pack_rows(x)] + ([pack_rows(kv)] if cross else []))
+                   else [pack_rows(x, self.cfg.act_bits)]
+                   + ([pack_rows(kv, self.cfg.act_bits)] if cross else []))
         n_words = sum(len(p) for p in packets)
         self.sink.clear()
         await self.clear_status()
@@ -204,7 +205,7 @@ class AttentionDriver:
         if status & self.bit("STATUS", "DONE"):
             got = await recv_task
             assert got is not None, "DONE without the final output word"
-            out = np.array(unpack_words(got, self.cfg.d_model), dtype=np.int64)
+            out = np.array(unpack_words(got, self.cfg.d_model, self.cfg.act_bits), dtype=np.int64)
         else:
             recv_task.cancel()
             self.monitor.forget_packets()
@@ -243,7 +244,7 @@ class AttentionDriver:
                 got = await self.sink.receive(timeout=timeout)
                 end = self.cycle()
                 assert got is not None, f"sequence {len(results)}: no final output word"
-                out = np.array(unpack_words(got, self.cfg.d_model), dtype=np.int64)
+                out = np.array(unpack_words(got, self.cfg.d_model, self.cfg.act_bits), dtype=np.int64)
                 counts = [await self.read(r) for r in ("CYCLES", "BUSY_CYCLES", "STALL_CYCLES")]
                 results.append(RunResult(out, counts[0], counts[1], 0, 0, 0, got, counts[2],
                                          end_cycle=end))
@@ -266,10 +267,10 @@ class AttentionDriver:
             cause = await self.read("ERROR_CAUSE")
             assert cause == 0, f"sequence {i}: START refused: {cause_names(cause)}"
             if kv is not None:
-                await self.source.send(pack_rows(x))
-                await self.source.send(pack_rows(kv))
+                await self.source.send(pack_rows(x, self.cfg.act_bits))
+                await self.source.send(pack_rows(kv, self.cfg.act_bits))
             else:
-                await self.source.send(pack_rows(x))
+                await self.source.send(pack_rows(x, self.cfg.act_bits))
         await First(recv, ClockCycles(self.dut.clk, timeout))
         assert recv.done(), "outputs did not all arrive"
         status = await self.read("STATUS")

@@ -183,15 +183,23 @@ def ctrl_word(rmap, *, causal: bool = False, cross: bool = False, pos_enc: str =
             | PE_MODE_VALUES[pos_enc] << rmap["CTRL"].field("PE_MODE").lsb)
 
 
-def pack_rows(rows) -> np.ndarray:
-    """int8 rows (n, width % 4 == 0) -> uint32 words, element 4a+k in byte k of word a."""
-    b = (np.asarray(rows, dtype=np.int64) & 0xFF).astype(np.uint8)
+# Little-endian element types of the two activation widths the hardware packs.
+_ELEMENT = {8: ("<u1", "<i1"), 16: ("<u2", "<i2")}
+
+
+def pack_rows(rows, bits: int = 8) -> np.ndarray:
+    """Rows of ``bits``-bit activations (8 or 16; n rows, width a multiple of 32 / bits) ->
+    uint32 words: element ``E a + k`` (``E = 32 / bits``) in bits ``[bits (k + 1) - 1 :
+    bits k]`` of word ``a``."""
+    unsigned, _ = _ELEMENT[bits]
+    b = (np.asarray(rows, dtype=np.int64) & ((1 << bits) - 1)).astype(unsigned)
     return np.ascontiguousarray(b).view("<u4").reshape(-1).astype(np.uint32)
 
 
-def unpack_words(words, width: int) -> np.ndarray:
-    """uint32 words -> rows of ``width`` int8 values (int64)."""
-    b = np.asarray(words, dtype="<u4").view(np.int8).astype(np.int64)
+def unpack_words(words, width: int, bits: int = 8) -> np.ndarray:
+    """uint32 words -> rows of ``width`` signed ``bits``-bit values (int64)."""
+    _, signed_ = _ELEMENT[bits]
+    b = np.ascontiguousarray(np.asarray(words, dtype="<u4")).view(signed_).astype(np.int64)
     return b.reshape(-1, width)
 
 
@@ -236,9 +244,9 @@ class _Program:
             self.rmap, causal=seq.causal, cross=cross, pos_enc=seq.pos_enc,
             additive=self.additive, channel_scales=self.channel, irq=irq))
         self.expect_ok(tag)
-        self.s.add("send", *self.s.put(pack_rows(seq.x)))
+        self.s.add("send", *self.s.put(pack_rows(seq.x, self.cfg.act_bits)))
         if cross:
-            self.s.add("send", *self.s.put(pack_rows(seq.kv)))
+            self.s.add("send", *self.s.put(pack_rows(seq.kv, self.cfg.act_bits)))
 
     def expect_ok(self, tag: int):
         """Stop with an "X" record tagged ``tag`` (the sequence) if STATUS.ERROR is set."""
@@ -286,7 +294,7 @@ def _collect(cfg, seqs, run) -> list[HostResult]:
     results, first = [], 0
     for i, seq in enumerate(seqs):
         words, cycle = ends[i][1], ends[i][2]
-        out = unpack_words(run.out_words[first:words], cfg.d_model)
+        out = unpack_words(run.out_words[first:words], cfg.d_model, cfg.act_bits)
         first = words
         cyc, busy, stall = counts[i + 1]
         results.append(HostResult(out, cyc, busy, stall, status, cycle))

@@ -97,9 +97,9 @@ class _Epoch:
 
     def valid_run(self, run, ev: dict):
         self.program(run)
-        self.send(pack_rows(run["x"]))
+        self.send(pack_rows(run["x"], self.cfg.act_bits))
         if run["kv"] is not None:
-            self.send(pack_rows(run["kv"]))
+            self.send(pack_rows(run["kv"], self.cfg.act_bits))
         self.finish_run(run, ev)
 
     def parameters(self):
@@ -120,7 +120,7 @@ class _Epoch:
         cfg, p = self.cfg, self.p
         run = draw_run(cfg, self.layer, rng, nrng, cross_ok=False)
         x = run["x"]
-        cases = bad_setting_cases(cfg, x, pack_rows(x))
+        cases = bad_setting_cases(cfg, x, pack_rows(x, cfg.act_bits))
         cause, kw = rng.choice(cases)
         ev["stalls"] = self.stalls(rng)
         ev["cause"] = cause
@@ -158,7 +158,7 @@ class _Epoch:
         self.cmd("read", p.addr("ERROR_CAUSE"))
         p.clear_status()                  # the refused START raised ERROR (and irq)
         self.cmd("write", p.addr("CTRL"), p.bit("CTRL", "IRQ_EN"))
-        self.send(pack_rows(run["x"]))
+        self.send(pack_rows(run["x"], self.cfg.act_bits))
         self.cmd("wait_irq")
         self.cmd("read", p.addr("STATUS"))
         p.clear_status()
@@ -189,7 +189,7 @@ class _Epoch:
         # Cycles after START: while the input arrives, the arrays compute or the output leaves.
         ev["after"] = rng.randint(1, int(lat * 1.1))
         self.program(run)
-        self.send(pack_rows(run["x"]))
+        self.send(pack_rows(run["x"], self.cfg.act_bits))
         self.cmd("cycles", ev["after"])
         self.cmd("reset", 4)
         self.cmd("drop")
@@ -246,7 +246,7 @@ def _check(cfg, layer, prog, ev, recs, out_words, before: int, stats) -> dict:
     want = g.attention_int(cfg, layer, run["x"], run["kv"], causal=run["causal"],
                            key_len=run["key_len"])
     ends = [r for r in recs if r[0] == "E"]
-    n = want.size // 4
+    n = want.size // cfg.act_per_word
     # The run's packet is the event's last. Before it come only the words of a run a reset
     # cut short (the reset event); every other event's packet is all the words it received.
     first = ends[-2][1] if len(ends) > 1 else before
@@ -259,7 +259,7 @@ def _check(cfg, layer, prog, ev, recs, out_words, before: int, stats) -> dict:
             ev["errors"] = _names(reads[-1][1])
     else:
         end = ends[-1][1]
-        out = unpack_words(out_words[end - n:end], cfg.d_model)
+        out = unpack_words(out_words[end - n:end], cfg.d_model, cfg.act_bits)
         bad = int(np.count_nonzero(out != want))
     stats["runs"] += 1
     stats["values"] += want.size

@@ -115,7 +115,7 @@ class Soak:
         cfg, drv = self.cfg, self.drv
         run = self.self_run(rng, nrng)
         x = run["x"]
-        cases = bad_setting_cases(cfg, x, pack_rows(x))
+        cases = bad_setting_cases(cfg, x, pack_rows(x, cfg.act_bits))
         cause, kw = rng.choice(cases)
         self.stalls(rng)
         if kw is None:      # a shift register out of 1..62 (also clears WEIGHTS_VALID)
@@ -164,12 +164,12 @@ class Soak:
         drv.monitor.expect_packet(len(run["x"]) * drv.out_words)
         bound = hang_bound(self.cfg, len(run["x"]), None, max(stall))
         recv = cocotb.start_soon(drv.sink.receive(timeout=bound))
-        await drv.source.send(pack_rows(run["x"]))
+        await drv.source.send(pack_rows(run["x"], self.cfg.act_bits))
         got = await recv
         if got is None:
             self.stats["hangs"] += 1
             drv.monitor.forget_packets()
-        out = None if got is None else np.array(unpack_words(got, self.cfg.d_model))
+        out = None if got is None else np.array(unpack_words(got, self.cfg.d_model, self.cfg.act_bits))
         bad = self.check_values(run, out)
         weights = bool((await drv.read("STATUS")) & drv.bit("STATUS", "WEIGHTS_VALID"))
         ok = (not bad and weights and names == ["START_WHILE_BUSY", "WRITE_WHILE_BUSY"])
@@ -198,7 +198,7 @@ class Soak:
         phase = rng.choice(["load", "compute", "stream"])
         self.stalls(rng)
         await self.start_self(run)
-        words = pack_rows(run["x"])
+        words = pack_rows(run["x"], self.cfg.act_bits)
         beats = drv.monitor.beats
         out0 = beats["m_axis"]
         send = cocotb.start_soon(drv.source.send(words))

@@ -90,7 +90,7 @@ class SpecModel:
         a = addr & ~3
         c = self.cfg
         values = {
-            ID: 0x4154544E, VERSION: 0x00010400, CTRL: self.ctrl,
+            ID: 0x4154544E, VERSION: 0x00010500, CTRL: self.ctrl,
             STATUS: self.busy | DONE * self.done | ERROR * bool(self.causes)
             | WEIGHTS_VALID * self.weights_valid | START_READY * self.start_ready,
             CAUSE: self.causes, CYCLES: self.cycles, BUSY_CYCLES: self.busy_cycles,
@@ -100,7 +100,7 @@ class SpecModel:
             CONFIG2: c.array_rows | c.array_cols << 8 | c.causal_mask << 16
             | c.cross_attention << 17 | ("1d" in c.pos_enc) << 18 | ("2d" in c.pos_enc) << 19,
             CONFIG3: ((c.max_position or c.max_seq_len) if c.pos_enc else 0)
-            | c.additive_lanes << 16 | c.channel_scales << 24,
+            | c.additive_lanes << 16 | c.channel_scales << 24 | c.act_bits << 25,
             COMMIT: 0, **self.rw}
         return (values[a], OKAY) if a in values else (0, SLVERR)
 

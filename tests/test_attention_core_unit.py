@@ -64,10 +64,11 @@ def run_core(cfg, layer, runs, *, idle=0.0, backpressure=0.0, seed=0, max_cycles
             x, kv = run["x"], run.get("kv")
             words = run.get("words")
             if words is None:
-                words = pack_rows(x) + (pack_rows(kv) if kv is not None else [])
+                words = pack_rows(x, cfg.act_bits) + (pack_rows(kv, cfg.act_bits)
+                                                      if kv is not None else [])
             lasts = run.get("lasts")
             if lasts is None:
-                lasts = {len(x) * cfg.d_model // 4 - 1, len(words) - 1}
+                lasts = {len(x) * cfg.act_row_words - 1, len(words) - 1}
             source.put({"data": w, "last": int(i in lasts)} for i, w in enumerate(words))
             ctx.set(settings.seq_len, len(x))
             ctx.set(settings.kv_len, len(kv) if kv is not None else 0)
@@ -128,7 +129,7 @@ def check_outputs(cfg, layer, run, words):
     want = g.attention_int(cfg, layer, run["x"], run.get("kv"), causal=run.get("causal", False),
                            key_len=run.get("key_len"), pos_enc=run.get("pos_enc", "off"),
                            pe_offset=run.get("pe_offset", 0), grid_width=run.get("grid_width"))
-    got = np.array(unpack_words(words, cfg.d_model))
+    got = np.array(unpack_words(words, cfg.d_model, cfg.act_bits))
     assert got.shape == want.shape, (got.shape, want.shape)
     np.testing.assert_array_equal(got, want)
 
@@ -200,7 +201,7 @@ def test_stream_errors_then_recovery():
     layer, runs = make_case(cfg, seed=11, specs=[dict(seq=4), dict(seq=4)])
     good = runs[0]
     n = 4 * cfg.d_model // 4
-    words = pack_rows(good["x"])
+    words = pack_rows(good["x"], cfg.act_bits)
     short = dict(good, words=words[:n - 2], lasts={n - 3})
     long_ = dict(good, words=words + words[:3], lasts={n + 2})
     results = run_core(cfg, layer, [short, good, long_, runs[1]])
@@ -318,3 +319,23 @@ def test_channel_scales(engines, stalls):
     check_layer_runs(cfg, layer, runs, stalls=stalls, seed=7)
     tensor, tensor_runs = make_case(cfg, seed=42, specs=specs[:3], weight_scales="tensor")
     check_layer_runs(cfg, tensor, tensor_runs)
+
+
+@pytest.mark.parametrize("engines,stalls", [(1, False), (2, False), (2, True)])
+def test_16bit_activations(engines, stalls):
+    """act_bits 16: X, Q, K, V, attention and output as int16 (two per bus word), 8-bit
+    weights, the 40-bit accumulators the configuration asks for; every mode, per-channel and
+    per-tensor scales; without stalls CYCLES is the model's (half the words per row on the
+    bus: twice the load and stream cycles of int8)."""
+    cfg = TINY.replace(act_bits=16, acc_bits=40, channel_scales=True, engines=engines)
+    specs = [dict(seq=8), dict(seq=1), dict(seq=5, causal=True), dict(seq=7, key_len=3),
+             dict(seq=6, kv=8, key_len=5)]
+    layer, runs = make_case(cfg, seed=43, specs=specs)
+    # the codes use the 16-bit range (an 8-bit path would truncate them)
+    assert max(np.abs(r["x"]).max() for r in runs) > 1 << 12
+    want = g.attention_int(cfg, layer, runs[0]["x"])
+    assert np.abs(want).max() > 1 << 10
+    check_layer_runs(cfg, layer, runs, stalls=stalls, seed=9)
+    if not stalls:
+        tensor, tensor_runs = make_case(cfg, seed=44, specs=specs[:3], weight_scales="tensor")
+        check_layer_runs(cfg, tensor, tensor_runs)

@@ -201,7 +201,7 @@ def test_reset_values(cfg_name):
             want = reg.reset | (START_READY if reg.name == "STATUS" else 0)   # engine input
             assert await m.read(ctx, reg.offset) == (want, OKAY), reg.name
         assert await m.read(ctx, ID) == (0x4154544E, OKAY)
-        assert await m.read(ctx, VERSION) == (0x00010400, OKAY)
+        assert await m.read(ctx, VERSION) == (0x00010500, OKAY)
         assert await m.read(ctx, SEQ_LEN) == (cfg.max_seq_len, OKAY)
         assert await m.read(ctx, KV_LEN) == (cfg.max_kv_len, OKAY)
         assert await m.read(ctx, KEY_LEN) == (0, OKAY)

@@ -130,8 +130,13 @@ def test_exp_bits_floor_for_short_rows(kv_len, exp_bits):
 
 
 @pytest.mark.parametrize("changes, message", [
-    (dict(act_bits=16), r"act_bits = 16 is out of range: allowed 8\.\.8"),
-    (dict(act_bits=4), r"act_bits = 4 is out of range: allowed 8\.\.8"),
+    (dict(act_bits=12, acc_bits=40), r"act_bits = 12 is out of range: allowed 8 or 16"),
+    (dict(act_bits=4), r"act_bits = 4 is out of range: allowed 8\.\.16"),
+    (dict(act_bits=16), r"acc_bits = 32 is too narrow: the score Q.K\^T .* needs acc_bits >= 36"),
+    (dict(act_bits=16, acc_bits=40, additive_lanes=2),
+     r"additive_lanes = 2 with act_bits = 16: the additive scorer takes int8 Q and K"),
+    (dict(act_bits=16, acc_bits=40, pos_enc=["1d"]),
+     r"pos_enc = \['1d'\] with act_bits = 16: the positional encoder adds to int8 inputs"),
     (dict(weight_bits=16), r"weight_bits = 16 is out of range: allowed 8\.\.8"),
     (dict(prob_bits=9, recip_bits=16), r"prob_bits = 9 is out of range: allowed 2\.\.8"),
     (dict(prob_bits=16, recip_bits=16), r"prob_bits = 16 is out of range: allowed 2\.\.8"),

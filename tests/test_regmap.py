@@ -96,23 +96,25 @@ def test_fields_as_specified():
     assert bits("CONFIG2")["CROSS_ATTENTION"] == (17, 1, "ro")
     assert bits("RQ_Q_MULT") == {"MULT": (0, 16, "rw")}
     assert bits("RQ_O_SHIFT") == {"SHIFT": (0, 6, "rw")}
-    assert rmap["ID"].reset == 0x4154544E and rmap["VERSION"].reset == 0x00010400
+    assert rmap["ID"].reset == 0x4154544E and rmap["VERSION"].reset == 0x00010500
     assert rmap["SEQ_LEN"].reset == 8 and rmap["KV_LEN"].reset == 8 and rmap["KEY_LEN"].reset == 0
     assert rmap["CONFIG0"].reset == 16 | 2 << 16 | 1 << 24
     assert rmap["CONFIG1"].reset == 8 | 8 << 16
     assert rmap["CONFIG2"].reset == 4 | 4 << 8 | 1 << 16 | 1 << 17
-    assert rmap["CONFIG3"].reset == 0 and "PE_OFFSET" not in rmap
+    assert rmap["CONFIG3"].reset == 8 << 25 and "PE_OFFSET" not in rmap
+    wide = build_regmap(cfg_of("tiny").replace(act_bits=16, acc_bits=40))
+    assert wide["CONFIG3"].field("ACT_BITS").reset == 16
     pe = build_regmap(cfg_of("tiny").replace(pos_enc=["2d"], max_position=40))
     assert {r: pe[r].offset for r in ("PE_OFFSET", "PE_GRID_W", "PE_MULT", "PE_SHIFT")} == {
         "PE_OFFSET": 0x084, "PE_GRID_W": 0x088, "PE_MULT": 0x08C, "PE_SHIFT": 0x090}
-    assert pe["CONFIG2"].reset >> 18 == 0b10 and pe["CONFIG3"].reset == 40
+    assert pe["CONFIG2"].reset >> 18 == 0b10 and pe["CONFIG3"].reset == 40 | 8 << 25
     assert pe["PE_MULT"].fields[0].guard.value == "layer"
     assert pe["PE_OFFSET"].fields[0].guard.value == "none"
     assert "TANH_MULT" not in rmap and [g.name for g in rmap.regions][-1] == "BO"
     add = build_regmap(cfg_of("tiny").replace(additive_lanes=3))
     assert {r: add[r].offset for r in ("TANH_MULT", "TANH_SHIFT")} == {
         "TANH_MULT": 0x094, "TANH_SHIFT": 0x098}
-    assert add["CONFIG3"].reset == 3 << 16
+    assert add["CONFIG3"].reset == 3 << 16 | 8 << 25
     assert add["TANH_SHIFT"].fields[0].guard.value == "layer"
     wa = add.region("WA")
     assert wa.shape == (2, 8) and wa.size == 16 and wa.offset == rmap.window_size

@@ -95,3 +95,13 @@ def test_tile_plan_skips():
     assert [(t.q0, t.rows, t.k0, t.keys) for t in padded if t.group == 0] == [
         (0, 4, 0, 3), (4, 2, 0, 3)]
     assert layer_timing(cfg, 8, causal=True).latency < layer_timing(cfg, 8).latency
+
+
+def test_tiled_16bit_activations():
+    """The key/value-tiled path with int16 activations and per-channel scales: several key
+    tiles, causal, padding, cross with kv_len != seq_len; the model exact."""
+    cfg = TINY.replace(act_bits=16, acc_bits=40, kv_tile=4, q_tile=4, engines=2,
+                       channel_scales=True)
+    layer, runs = make_case(cfg, seed=19, specs=[dict(seq=8), dict(seq=5, causal=True),
+                                                 dict(seq=3, kv=7), dict(seq=6, key_len=3)])
+    _check_runs(cfg, layer, runs, run_core(cfg, layer, runs))

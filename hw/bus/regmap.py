@@ -51,7 +51,7 @@ __all__ = [
 ]
 
 ID_VALUE = 0x4154544E            # "ATTN" in ASCII, most significant byte first
-VERSION_VALUE = 0x00010400       # 1.4.0: major[31:16], minor[15:8], patch[7:0]
+VERSION_VALUE = 0x00010500       # 1.5.0: major[31:16], minor[15:8], patch[7:0]
 DATA_BITS = 32
 REG_BLOCK_SIZE = 0x100           # registers live in 0x000..0x0FF
 MIN_WINDOW_BASE = 0x10000
@@ -512,6 +512,8 @@ def build_regmap(cfg: AttentionConfig) -> RegisterMap:
               "additive scorer (0: not built)", reset=cfg.additive_lanes, const=True),
             F("CHANNEL_SCALES", 24, 1, Access.RO, "the scale table of per-channel weight "
               "scales is built", reset=int(cfg.channel_scales), const=True),
+            F("ACT_BITS", 25, 5, Access.RO, "bits of an activation on the AXI4-Stream ports "
+              "(8: four per word, 16: two per word)", reset=cfg.act_bits, const=True),
         )),
         *_requant_registers(cfg),
         R("WEIGHTS_COMMIT", 0x080, "Write 1 when all weights and parameters are loaded.",

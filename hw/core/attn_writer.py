@@ -65,15 +65,16 @@ class AttnWriter(wiring.Component):
             m.d.sync += [cur.eq(tile.payload), pending.eq(1)]
 
         # The word being gathered: lane group col % C // NL of the beat.
-        word = Signal(8 * C, reset_less=True)
+        A = g.A
+        word = Signal(A * C, reset_less=True)
         beat = out.payload
         col_tile, col_in = divmod_const(beat.col, C)
         groups = C // NL
         for grp in range(groups):
             hit = out.valid & (col_in == grp * NL) if groups > 1 else out.valid
             with m.If(hit):
-                m.d.sync += word[grp * NL * 8:(grp + 1) * NL * 8].eq(
-                    Cat(*[beat.data[lane][:8] for lane in range(NL)]))
+                m.d.sync += word[grp * NL * A:(grp + 1) * NL * A].eq(
+                    Cat(*[beat.data[lane][:A] for lane in range(NL)]))
         complete = out.valid & (col_in + NL >= C)
         row_tile, row_bank = divmod_const(beat.row, R)
         w_en = Signal()

@@ -18,8 +18,8 @@ class CoreBuffers(wiring.Component):
 
     Buffers (``E`` engines, ``R`` x ``C`` array, see :class:`~hw.core.geometry.CoreGeometry`)
     -------------------------------------------------------------------------------------
-    x, kv : ``R`` banks of 32-bit words (4 int8), double buffered (``double_buffer``)
-        Input rows; row ``i`` in bank ``i % R`` at ``(i // R) * D4 + word``; the address's top
+    x, kv : ``R`` banks of 32-bit words (``EPW`` activations), double buffered (``double_buffer``)
+        Input rows; row ``i`` in bank ``i % R`` at ``(i // R) * XW + word``; the address's top
         bit selects the buffer (the next sequence loads while the arrays read the other;
         single buffered, the port has no such bit and the writers' bank bit falls off). ``kv``
         exists only with ``cross_attention`` (else its ports are absent).
@@ -28,15 +28,15 @@ class CoreBuffers(wiring.Component):
     r : per engine, words of ``C`` lanes, with ``channel_scales``
         The scale table beside ``b`` (same addresses): per lane a requantization multiplier
         (``requant_mult_bits``) and shift minus one (6 bits) of that output channel.
-    q, a : per engine, ``R`` banks of ``C`` int8
+    q, a : per engine, ``R`` banks of ``C`` activations (``act_bits`` each)
         Q of the current head group and the attention output A of every head group.
-    k : per engine, ``C`` banks of ``C`` int8; v : per engine, ``C`` int8 per word
+    k : per engine, ``C`` banks of ``C`` activations; v : per engine, ``C`` per word
     s : per engine, ``C`` scores of ``score_bits`` per word (one head's S, or on the tiled
         path one tile of ``q_tile`` rows by ``kv_tile`` keys)
     p : per engine, ``R`` banks of ``softmax_lanes`` probabilities of ``prob_bits`` (tiled:
         the unnormalized E, ``Bt + 1`` bits, of two tiles, the address's top bit selecting
         the tile: the softmax writes the next tile's while P.V reads the current one's)
-    o : per engine, ``C`` int8 per word, double buffered with ``double_buffer`` (the next
+    o : per engine, ``C`` activations per word, double buffered with ``double_buffer`` (the next
         sequence's output is written while the previous one streams out)
 
     Members
@@ -56,20 +56,20 @@ class CoreBuffers(wiring.Component):
     def __init__(self, geom: CoreGeometry):
         self.geom = g = geom
         cfg = g.cfg
-        R, C, E, G, TN, L = g.R, g.C, g.E, g.G, g.TN, g.L
+        R, C, E, G, TN, L, A = g.R, g.C, g.E, g.G, g.TN, g.L, g.A
         SEQ, KV = g.SEQ, g.KV
         # name: (width, depth, granularity, shape of the port array, banked)
         spec = {
             "x": (32, g.x_depth, None, (R,), cfg.double_buffer),
             "w": (32 * C, 4 * G * TN * g.D4, 8, (E,), False),
             "b": (cfg.bias_bits * C, 4 * G * TN, cfg.bias_bits, (E,), False),
-            "q": (8 * C, cdiv(SEQ, R) * G * TN, None, (E, R), False),
-            "k": (8 * C, cdiv(KV, C) * G * TN, None, (E, C), False),
-            "v": (8 * C, KV * G * TN, None, (E,), False),
+            "q": (A * C, cdiv(SEQ, R) * G * TN, None, (E, R), False),
+            "k": (A * C, cdiv(KV, C) * G * TN, None, (E, C), False),
+            "v": (A * C, KV * G * TN, None, (E,), False),
             "s": (cfg.score_bits * C, g.S_ROWS * g.TNk, None, (E,), False),
             "p": (g.p_bits * L, g.p_depth, None, (E, R), g.tiled),
-            "a": (8 * C, cdiv(SEQ, R) * G * TN, None, (E, R), False),
-            "o": (8 * C, g.o_depth, None, (E,), cfg.double_buffer),
+            "a": (A * C, cdiv(SEQ, R) * G * TN, None, (E, R), False),
+            "o": (A * C, g.o_depth, None, (E,), cfg.double_buffer),
         }
         if cfg.cross_attention:
             spec["kv"] = (32, g.kv_depth, None, (R,), cfg.double_buffer)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from golden.config import AttentionConfig
@@ -20,8 +19,9 @@ class CoreGeometry:
     columns are ``TN`` column tiles of the array's ``C`` columns; a score row of up to
     ``S_KEYS`` keys (``max_kv_len``, or ``kv_tile`` on the tiled path) is ``TNk`` words of
     ``C`` scores and ``KB`` softmax beats of ``L`` lanes; the score and probability buffers
-    hold ``S_ROWS`` such rows (``max_seq_len``, or ``q_tile``). Activation rows are ``D4`` bus
-    words (4 int8 elements each)."""
+    hold ``S_ROWS`` such rows (``max_seq_len``, or ``q_tile``). Activations are ``A`` bits
+    (``act_bits``); an activation row is ``XW`` bus words of ``EPW`` elements (4 int8 or
+    2 int16), a weight row ``D4`` window words of 4 int8."""
 
     cfg: AttentionConfig
 
@@ -103,7 +103,23 @@ class CoreGeometry:
 
     @property
     def D4(self) -> int:
+        """Weight-window words of one weight row (4 int8 each)."""
         return self.cfg.d_model // 4
+
+    @property
+    def A(self) -> int:
+        """Bits of an activation (X, Q, K, V, attention, output)."""
+        return self.cfg.act_bits
+
+    @property
+    def EPW(self) -> int:
+        """Activations per 32-bit input buffer / bus word."""
+        return self.cfg.act_per_word
+
+    @property
+    def XW(self) -> int:
+        """Bus words of one activation row."""
+        return self.cfg.act_row_words
 
     @property
     def SEQ(self) -> int:
@@ -159,11 +175,11 @@ class CoreGeometry:
     # Buffer depths (words) and the address widths of the double (banked) buffers.
     @property
     def x_depth(self) -> int:
-        return cdiv(self.SEQ, self.R) * self.D4
+        return cdiv(self.SEQ, self.R) * self.XW
 
     @property
     def kv_depth(self) -> int:
-        return cdiv(self.KV, self.R) * self.D4
+        return cdiv(self.KV, self.R) * self.XW
 
     @property
     def x_aw(self) -> int:
@@ -191,7 +207,8 @@ class CoreGeometry:
         return addr_bits(self.o_depth)
 
     @property
-    def out_bytes(self) -> int:
-        """Bytes of one output row the streamer reads per cycle (4 when 4 adjacent columns
-        always share a buffer word)."""
-        return math.gcd(4, math.gcd(self.C, self.dk))
+    def out_elems(self) -> int:
+        """Elements of one output row the streamer reads per cycle (a whole bus word's
+        ``EPW`` when that many adjacent columns always share a buffer word)."""
+        from hw.perf.layer import stream_elems_per_cycle
+        return stream_elems_per_cycle(self.cfg)

@@ -37,11 +37,12 @@ class InputLoader(wiring.Component):
     start : ``In(StartSignature(cfg))``
         Run settings; taken (``ready``) in IDLE and DRAIN, one beat per sequence.
     x_in : ``In(WordStream)``
-        Rows of ``d_model`` int8 as 32-bit words (element ``4a+k`` in byte ``k``), ``last`` on
+        Rows of ``d_model`` activations as 32-bit words of ``EPW`` (element ``EPW a + k`` in
+        bits ``[A (k + 1) - 1 : A k]``, ``A = act_bits``), ``last`` on
         the final word of each sequence; ``ready`` only while loading (and while draining a
         stream that ran long).
     x_write, kv_write : ``In(WritePort.Signature)`` per bank (``R``)
-        Input buffer writes; row ``i`` into bank ``i % R`` at ``(i // R) * D4 + word`` of the
+        Input buffer writes; row ``i`` into bank ``i % R`` at ``(i // R) * XW + word`` of the
         buffer half ``bank``. ``kv_write`` only with ``cross_attention``.
     loaded : ``Out(stream.Signature(sequence_layout(geom)))``
         The loaded sequence's settings, valid from the cycle after its last word until taken.
@@ -91,7 +92,7 @@ class InputLoader(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         g = self.geom
-        D4, lb = g.D4, g.lb
+        XW, lb = g.XW, g.lb
         # A single input buffer takes the next sequence once the arrays are done with it.
         x_free = 1 if g.cfg.double_buffer else self.x_free
         ld_set = Signal(sequence_layout(g))
@@ -120,7 +121,7 @@ class InputLoader(wiring.Component):
                     ld_set.exp_mult.eq(st.exp_mult), ld_set.exp_shift.eq(st.exp_shift),
                     ld_set.t0.eq(self.now), ld_set.bank.eq(ld_bank),
                     pos.i.eq(0), pos.w.eq(0), pos.rows.eq(seq_len), pos.kv.eq(0),
-                    pos.w_last.eq(D4 == 1), pos.i_last.eq(seq_len == 1),
+                    pos.w_last.eq(XW == 1), pos.i_last.eq(seq_len == 1),
                     pos.r.eq(0), pos.addr.eq(0), pos.base.eq(0),
                 ]
                 self._copy_settings(m, ld_set, st)
@@ -178,7 +179,7 @@ class InputLoader(wiring.Component):
                         m.next = "DRAIN"
                     with m.Elif(ld_final & ld_set.cross & ~pos.kv):
                         m.d.sync += [pos.kv.eq(1), pos.i.eq(0), pos.w.eq(0),
-                                     pos.rows.eq(ld_set.kvrows), pos.w_last.eq(D4 == 1),
+                                     pos.rows.eq(ld_set.kvrows), pos.w_last.eq(XW == 1),
                                      pos.i_last.eq(ld_set.kvrows == 1)]
                     with m.Elif(ld_final):
                         if enc is not None:
@@ -207,26 +208,26 @@ class InputLoader(wiring.Component):
     def _position(self):
         """The loaded word's position, in registers (word of the row and whether it is the
         last, row and whether it is the last, row within its tile, buffer address
-        ``(row // R) * D4 + word``, the tile's base address), so the per-word decisions and
+        ``(row // R) * XW + word``, the tile's base address), so the per-word decisions and
         the write address need no adder or multiply; ``kv``: the second sequence of a cross
         run."""
         g = self.geom
         addr = Signal(max(g.x_aw, g.kv_aw, 1))
         return SimpleNamespace(
-            i=Signal(range(max(g.SEQ, g.KV) + 1)), w=Signal(range(g.D4 + 1)),
+            i=Signal(range(max(g.SEQ, g.KV) + 1)), w=Signal(range(g.XW + 1)),
             rows=Signal(g.lb), kv=Signal(), w_last=Signal(), i_last=Signal(),
             r=Signal(range(g.R)), addr=addr, base=Signal.like(addr))
 
     def _step_position(self, m, p):
         """The position after a word's beat."""
-        R, D4 = self.geom.R, self.geom.D4
-        m.d.sync += [p.w.eq(p.w + 1), p.w_last.eq(p.w + 2 == D4), p.addr.eq(p.addr + 1)]
+        R, XW = self.geom.R, self.geom.XW
+        m.d.sync += [p.w.eq(p.w + 1), p.w_last.eq(p.w + 2 == XW), p.addr.eq(p.addr + 1)]
         with m.If(p.w_last):
-            m.d.sync += [p.w.eq(0), p.i.eq(p.i + 1), p.w_last.eq(D4 == 1),
+            m.d.sync += [p.w.eq(0), p.i.eq(p.i + 1), p.w_last.eq(XW == 1),
                          p.i_last.eq(p.i + 2 == p.rows),
                          p.r.eq(Mux(p.r == R - 1, 0, p.r + 1)), p.addr.eq(p.base)]
             with m.If(p.r == R - 1):
-                m.d.sync += [p.base.eq(p.base + D4), p.addr.eq(p.base + D4)]
+                m.d.sync += [p.base.eq(p.base + XW), p.addr.eq(p.base + XW)]
             # After a sequence's last word the position restarts (for the KV sequence of a
             # cross run), whatever the checks of the caller decide: the address then does
             # not wait for them.

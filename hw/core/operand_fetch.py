@@ -236,6 +236,7 @@ class OperandFetch(wiring.Component):
         column tile ``f_tn`` and step ``f_kk`` of the job ``cur``, per source."""
         g = self.geom
         C, E, G, TN, L, KB, D4, dk = g.C, g.E, g.G, g.TN, g.L, g.KB, g.D4, g.dk
+        EPW, XW = g.EPW, g.XW
         kk = f_kk
         h_a, ch_a = divmod_const(kk, dk)
         kk_c, kk_cl = divmod_const(kk, C)
@@ -249,7 +250,8 @@ class OperandFetch(wiring.Component):
         a_lane = Signal(range(max(4, C, L) + 1))
         with m.Switch(cur.a):
             with m.Case(ASource.X, ASource.KV):
-                m.d.comb += [a_addr.eq(mixed_radix(f_tm, (kk // 4, D4))), a_lane.eq(kk % 4)]
+                m.d.comb += [a_addr.eq(mixed_radix(f_tm, (kk // EPW, XW))),
+                             a_lane.eq(kk % EPW)]
             with m.Case(ASource.Q):
                 m.d.comb += [a_addr.eq(mixed_radix(at(f_tm, "m0"), (cur.lh, G), (kk_c, TN))),
                              a_lane.eq(kk_cl)]
@@ -302,7 +304,7 @@ class OperandFetch(wiring.Component):
                   sb_ahot, sb_src_b, sb_bmask):
         """Read ports, the sd and sb stages, and the beats into each engine's queue (s2)."""
         g = self.geom
-        R, C, E, L = g.R, g.C, g.E, g.L
+        R, C, E, L, A, EPW = g.R, g.C, g.E, g.L, g.A, g.EPW
         PB = g.p_bits
         a_width, b_width = self.a_width, self.b_width
         cross = g.cfg.cross_attention
@@ -368,7 +370,8 @@ class OperandFetch(wiring.Component):
         akey = [lane_key(s1_a_lane, e) for e in range(E)]
         bkey = [lane_key(s1_b_lane, e) for e in range(E)]
         attn_sb = [[stage_reg(f"sb_attn{ee}_{r}",
-                              element_of(m, attn_sd[ee][r], sd_a_lane[ee], C, key=akey[ee]))
+                              element_of(m, attn_sd[ee][r], sd_a_lane[ee], C, A,
+                                         key=akey[ee]))
                     for r in range(R)] for ee in range(E)]
         for e in range(E):
             q_rp, p_rp = list(self.q_read[e]), list(self.p_read[e])
@@ -388,12 +391,13 @@ class OperandFetch(wiring.Component):
                 # sb: the element of each source word (lane multiplexers after the block
                 # RAM outputs); s2: the source the job reads, masked.
                 lane, key = sd_a_lane[e], akey[e]
-                xb = stage_reg(f"sb_x{e}_{r}", element_of(m, x_sd[r], lane, 4, key=key))
-                kvb = (stage_reg(f"sb_kv{e}_{r}", element_of(m, kv_sd[r], lane, 4, key=key))
+                xb = stage_reg(f"sb_x{e}_{r}", element_of(m, x_sd[r], lane, EPW, A, key=key))
+                kvb = (stage_reg(f"sb_kv{e}_{r}", element_of(m, kv_sd[r], lane, EPW, A,
+                                                             key=key))
                        if kv_rp else xb)
                 qb = stage_reg(f"sb_q{e}_{r}",
                                element_of(m, stage_reg(f"sd_q{e}_{r}", q_rp[r].data), lane, C,
-                                          key=key))
+                                          A, key=key))
                 pb = stage_reg(f"sb_p{e}_{r}",
                                element_of(m, stage_reg(f"sd_p{e}_{r}", p_rp[r].data), lane, L,
                                           PB, key=key))
@@ -416,8 +420,8 @@ class OperandFetch(wiring.Component):
                                           key=bkey[e]))
                 kb = stage_reg(f"sb_k{e}_{c}",
                                element_of(m, stage_reg(f"sd_k{e}_{c}", k_rp[c].data),
-                                          sd_b_lane[e], C, key=bkey[e]))
-                vb = stage_reg(f"sb_v{e}_{c}", v_sd[8 * c:8 * (c + 1)])
+                                          sd_b_lane[e], C, A, key=bkey[e]))
+                vb = stage_reg(f"sb_v{e}_{c}", v_sd[A * c:A * (c + 1)])
                 val = select(f"b{e}_{c}", signed(b_width), sb_src_b, {
                     BSource.W: wb.as_signed(), BSource.K: kb.as_signed(),
                     BSource.V: vb.as_signed()})

@@ -91,7 +91,7 @@ class ResultWriter(wiring.Component):
         i_r, i_rr = divmod_const(i, R)
         i_c, i_cc = divmod_const(i, C)
         head_ok = (cur.lh * E + e) < g.cfg.heads
-        bytes_ = Cat(*[rs.data[c][:8] for c in range(C)])
+        bytes_ = Cat(*[rs.data[c][:g.A] for c in range(C)])     # C activations
         scores = Cat(*[rs.data[c][:SB] for c in range(C)])
         we = rs_valid & head_ok
 

@@ -22,8 +22,9 @@ def handoff_layout(geom: CoreGeometry) -> data.StructLayout:
 
 
 class OutputStreamer(wiring.Component):
-    """Streams one output buffer half, row by row, as 32-bit words of 4 int8 (element ``4a+k``
-    in byte ``k``), ``last`` on the final word; then publishes the sequence's counters.
+    """Streams one output buffer half, row by row, as 32-bit words of ``EPW`` activations (4
+    int8 or 2 int16: element ``EPW a + k`` in bits ``[A (k + 1) - 1 : A k]``), ``last`` on the
+    final word; then publishes the sequence's counters.
 
     Members
     -------
@@ -44,8 +45,9 @@ class OutputStreamer(wiring.Component):
     cycles, busy_cycles, stall_cycles : ``Out(32)``
         That sequence's counts, from the cycle after ``done``.
 
-    Throughput: ``P`` bytes of one row per cycle (``P = gcd(4, C, d_k)``: 4 when 4 adjacent
-    columns always share a buffer word), so a bus word every ``4 / P`` cycles. Latency: the
+    Throughput: ``P`` elements of one row per cycle (``P = gcd(EPW, C, d_k)``: a whole word's
+    when that many adjacent columns always share a buffer word), so a bus word every
+    ``EPW / P`` cycles. Latency: the
     first word reaches ``y_out`` 4 cycles after the handoff (address, block RAM, output
     register, slice).
     """
@@ -65,8 +67,8 @@ class OutputStreamer(wiring.Component):
         m = Module()
         g = self.geom
         C, E, G, TN, d, dk, o_aw = g.C, g.E, g.G, g.TN, g.d, g.dk, g.o_aw
-        P = g.out_bytes
-        K = 4 // P
+        P, A = g.out_elems, g.A
+        K = g.EPW // P
         st_active = self.active
         st_seq = Signal(g.lb)
         st_bank = Signal()
@@ -118,11 +120,11 @@ class OutputStreamer(wiring.Component):
                          o_rps[e].en.eq(o_adv)]
         os2_data = [Signal.like(o_rps[e].data, name=f"os2_data{e}", reset_less=True)
                     for e in range(E)]
-        chunk = Signal(8 * P)
+        chunk = Signal(A * P)
         with m.Switch(os2_e):
             for e in range(E):
                 with m.Case(e):
-                    m.d.comb += chunk.eq(element_of(m, os2_data[e], os2_c, C // P, 8 * P))
+                    m.d.comb += chunk.eq(element_of(m, os2_data[e], os2_c, C // P, A * P))
         with m.If(o_adv):
             m.d.sync += [os2_valid.eq(os1_valid), os2_e.eq(os1_e), os2_c.eq(os1_c),
                          os2_k.eq(os1_k), os2_last.eq(os1_last)]
@@ -138,12 +140,12 @@ class OutputStreamer(wiring.Component):
                     m.d.sync += [o_col.eq(0), o_i.eq(o_i + 1), o_wrap.eq(P == d),
                                  o_addr.eq(o_word(o_i + 1, 0)), o_more.eq(o_i + 1 < st_seq)]
         if K > 1:
-            assemble = Signal(32 - 8 * P)
+            assemble = Signal(32 - A * P)
             with m.If(os2_valid & (os2_k != K - 1) & o_adv):
                 with m.Switch(os2_k):
                     for k in range(K - 1):
                         with m.Case(k):
-                            m.d.sync += assemble[8 * P * k:8 * P * (k + 1)].eq(chunk)
+                            m.d.sync += assemble[A * P * k:A * P * (k + 1)].eq(chunk)
             word = Cat(assemble, chunk)
         else:
             word = chunk

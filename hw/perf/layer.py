@@ -4,16 +4,16 @@ Pure Python (the block latencies come from :mod:`hw.perf.matmul` and :mod:`hw.pe
 follows the core's schedule with an always-valid input stream and an always-ready output
 stream:
 
-1. **load**: START, then one input word per cycle (``seq * d_model / 4``, plus the second
-   sequence in cross mode);
+1. **load**: START, then one input word per cycle (``seq * act_row_words``: ``d_model / 4``
+   words a row of int8, ``d_model / 2`` of int16, plus the second sequence in cross mode);
 2. **compute**: the sequencer's jobs one after another, each a matrix-engine command
    (:func:`hw.perf.matmul.matmul_cycles`) plus :data:`JOB_OVERHEAD` cycles of issue and completion:
    for every head group Q, K, V projections, then for every group scores and P.V, then for
    every group the output projection. P.V may wait for the softmax unit (``softmax_stall``):
    a row tile of P is fetched only when all its rows are written, which the model finds by
    following score rows through the softmax unit row by row (:func:`_pv_stall`);
-3. **stream**: the output buffer onto the bus, ``seq * d_model / 4`` words, one per
-   ``4 / P`` cycles (P = bytes per buffer read, :func:`stream_bytes_per_cycle`).
+3. **stream**: the output buffer onto the bus, ``seq * act_row_words`` words, one per
+   ``act_per_word / P`` cycles (P = elements per buffer read, :func:`stream_elems_per_cycle`).
 
 ``latency`` is what the CYCLES register shows for a sequence started on an idle engine.
 ``interval`` is the steady-state cycles per sequence when sequences are started as soon as
@@ -34,7 +34,7 @@ from golden.config import AttentionConfig
 from hw.perf.matmul import ARRAY_LATENCY_EXTRA, POST_LATENCY, matmul_cycles
 from hw.perf.softmax import SoftmaxTiming
 
-__all__ = ["LayerTiming", "layer_timing", "stream_bytes_per_cycle", "JOB_OVERHEAD",
+__all__ = ["LayerTiming", "layer_timing", "stream_elems_per_cycle", "JOB_OVERHEAD",
            "LOAD_OVERHEAD", "STREAM_OVERHEAD", "FETCH_LATENCY", "TOP_CYCLES", "encoder_cycles",
            "top_latency"]
 
@@ -68,10 +68,11 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def stream_bytes_per_cycle(cfg: AttentionConfig) -> int:
-    """Bytes the output streamer reads per cycle: 4 (a bus word per cycle) when four
-    adjacent output columns always share one buffer word, else 2 or 1."""
-    return math.gcd(4, math.gcd(cfg.array_cols, cfg.head_dim))
+def stream_elems_per_cycle(cfg: AttentionConfig) -> int:
+    """Elements the output streamer reads per cycle: a bus word's ``act_per_word`` (a word
+    per cycle) when that many adjacent output columns always share one buffer word, else a
+    divisor of it."""
+    return math.gcd(cfg.act_per_word, math.gcd(cfg.array_cols, cfg.head_dim))
 
 
 @dataclass(frozen=True)
@@ -300,7 +301,7 @@ def layer_timing(cfg: AttentionConfig, seq: int, kv: int | None = None, *,
                          f"(additive_lanes = 0)")
     d, dk = cfg.d_model, cfg.head_dim
     G = _cdiv(cfg.heads, cfg.engines)
-    words = (seq + (kv if cross else 0)) * d // 4
+    words = (seq + (kv if cross else 0)) * cfg.act_row_words
     load = words + LOAD_OVERHEAD + first_word + encoder_cycles(cfg, pos_enc, first_word)
 
     jobs = []
@@ -344,7 +345,8 @@ def layer_timing(cfg: AttentionConfig, seq: int, kv: int | None = None, *,
         job(f"pv{g}", seq, dk, kv, s)
     for g in range(G):
         job(f"oproj{g}", seq, dk, d)
-    stream = (seq * d // 4) * (4 // stream_bytes_per_cycle(cfg)) + STREAM_OVERHEAD
+    stream = (seq * cfg.act_row_words) * (cfg.act_per_word // stream_elems_per_cycle(cfg)) \
+        + STREAM_OVERHEAD
     macs = cfg.layer_macs(seq, kv)
     return LayerTiming(seq, kv, load, tuple(jobs), stall, stream, macs, macs / cfg.total_pes,
                        cfg.double_buffer)
