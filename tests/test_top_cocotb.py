@@ -18,7 +18,8 @@ CONFIGS = whole_top_configs(TINY)
 
 # (The tiled configuration runs under stalls in the Verilator harness tests; here without,
 # to keep the Icarus run short.)
-CASES = [("tiny", "stalls"), ("tiny-2eng", "none"), ("narrow", "stalls"), ("tiled", "none")]
+CASES = [("tiny", "stalls"), ("tiny-2eng", "none"), ("narrow", "stalls"), ("tiled", "none"),
+         ("wide", "stalls")]
 
 
 @pytest.mark.cocotb

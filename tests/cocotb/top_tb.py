@@ -112,7 +112,8 @@ async def errors_recover(dut):
     drv = driver(dut, 10)
     await drv.start()
     run = RUNS[0]
-    n_x = len(run["x"]) * CFG.d_model // 4
+    words = pack_rows(run["x"], CFG.act_bits)
+    n_x = len(words)
 
     # Start before any weights (and with the shift registers at their reset value 0).
     res = await drv.run(run["x"])
@@ -123,9 +124,9 @@ async def errors_recover(dut):
         ("BAD_SEQ_LEN", dict(seq_len=S + 1)),
         ("BAD_KEY_LEN", dict(key_len=SS + 1)),
         # tlast two words early.
-        ("STREAM_SHORT", dict(words=pack_rows(run["x"])[:n_x - 2])),
+        ("STREAM_SHORT", dict(words=words[:n_x - 2])),
         # One row and a word too many, tlast only on the final word.
-        ("STREAM_LONG", dict(words=pack_rows(run["x"]) + pack_rows(run["x"][:1]) + [0])),
+        ("STREAM_LONG", dict(words=words + words[:CFG.act_row_words] + [0])),
     ]
     if SS < S:
         cases.append(("BAD_SEQ_LEN", dict(seq_len=SS + 1)))
@@ -190,12 +191,12 @@ async def errors_recover(dut):
     await drv.bus.write(drv.rmap.window_base, 0x7F7F7F7F)
     cause = await drv.read("ERROR_CAUSE")
     assert cause_names(cause) == ["START_WHILE_BUSY", "WRITE_WHILE_BUSY"], cause_names(cause)
-    drv.monitor.expect_packet(len(run["x"]) * CFG.d_model // 4)
+    drv.monitor.expect_packet(len(run["x"]) * CFG.act_row_words)
     recv = cocotb.start_soon(drv.sink.receive())
-    await drv.source.send(pack_rows(run["x"]))
+    await drv.source.send(pack_rows(run["x"], CFG.act_bits))
     words = await recv
     assert words is not None
-    got = np.array(unpack_words(words, CFG.d_model))
+    got = np.array(unpack_words(words, CFG.d_model, CFG.act_bits))
     want = g.attention_int(CFG, LAYER, run["x"])
     assert np.array_equal(got, want), "run disturbed by START/write while busy"
     assert (await drv.read("STATUS")) & drv.bit("STATUS", "WEIGHTS_VALID")
@@ -212,7 +213,7 @@ async def reset_in_each_phase(dut):
     await drv.start()
     await drv.load_layer(LAYER)
     run = RUNS[0]
-    words = pack_rows(run["x"])
+    words = pack_rows(run["x"], CFG.act_bits)
     beats = drv.monitor.beats
     for phase in ("load", "compute", "stream"):
         await drv.clear_status()
