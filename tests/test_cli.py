@@ -218,6 +218,28 @@ def test_run_golden_writes_the_result_and_its_reference(capsys, tmp_path):
         assert y["row_cosine"].min() > 0.99
 
 
+def test_run_with_16bit_activations(capsys, tmp_path):
+    """A 16-bit configuration quantizes to int16 (per-channel weights) and lands closer to
+    float64 than int8 on the same layer and input."""
+    import numpy as np
+    w, x = _float_files(tmp_path, rows=6)
+    wide = tmp_path / "wide.toml"
+    wide.write_text(open(TINY).read().replace("act_bits = 8", "act_bits = 16")
+                    .replace("acc_bits = 32", "acc_bits = 35")
+                    .replace("[features]", "[features]\nchannel_scales = true"))
+    cos = {}
+    for name, cfg in (("int8", TINY), ("int16", str(wide))):
+        out = tmp_path / f"Y{name}.npz"
+        assert main(["run", "--config", cfg, "--layer", str(w), "--input", str(x),
+                     "--sim", "golden", "--out", str(out)]) == 0
+        with np.load(out) as y:
+            cos[name] = y["row_cosine"].min()
+            if name == "int16":
+                assert np.abs(y["y_int"]).max() > 1 << 12
+    capsys.readouterr()
+    assert cos["int16"] > 0.9999 > cos["int8"], cos
+
+
 @pytest.mark.parametrize("mode,extra", [("1d", ["--pe-offset", "3"]),
                                         ("2d", ["--grid-width", "3", "--pe-offset", "1"])])
 def test_run_with_positional_encoding(capsys, tmp_path, mode, extra):
