@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -185,7 +186,7 @@ class AttentionConfig:
                 f"act_bits = {self.act_bits} is out of range: allowed 8 or 16 (32-bit bus "
                 f"words carry four 8-bit or two 16-bit activations)")
         need("weight_bits", 8, 8, "32-bit weight-window words carry four 8-bit weights")
-        need("prob_bits", 2, 8, "probabilities are the 8-bit P operand of P.V")
+        need("prob_bits", 2, 16)
         need("acc_bits", 8, 48)
         need("bias_bits", 1, min(32, self.acc_bits),
              "at most acc_bits, and a bias is one 32-bit weight-window word")
@@ -217,6 +218,12 @@ class AttentionConfig:
              f"at least log2(exp_table_size) = {ib}, at most that + 18: the interpolation "
              f"fraction is one 18-bit multiplier operand")
         need("exp_mult_bits", 2, 24)
+        if self.exp_step_bits > 18:
+            raise ConfigError(
+                f"exp_table_size = {self.exp_table_size} is too small for prob_bits = "
+                f"{self.prob_bits}: a step between table entries is {self.exp_step_bits} bits, "
+                f"more than one 18-bit multiplier operand (allowed exp_table_size >= 32 with "
+                f"prob_bits > 8)")
         need("recip_bits", self.prob_bits, 24, f"at least prob_bits = {self.prob_bits}")
         need("softmax_lanes", 1, min(16, self.max_kv_len), "scores per cycle, at most max_kv_len")
         if self.array_cols % self.softmax_lanes:
@@ -408,6 +415,12 @@ class AttentionConfig:
     def exp_interp_bits(self) -> int:
         """Fraction bits below the table index, used for linear interpolation."""
         return self.exp_frac_bits - self.exp_table_index_bits
+
+    @property
+    def exp_step_bits(self) -> int:
+        """Width of the largest step between neighbouring exp table entries (the first)."""
+        T, L = self.exp_table_bits, self.exp_table_size
+        return (math.floor(2.0 ** T + 0.5) - math.floor(2.0 ** (T - 1 / L) + 0.5)).bit_length()
 
     @property
     def exp_table_bits(self) -> int:

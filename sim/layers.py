@@ -37,10 +37,12 @@ def whole_top_configs(tiny: g.AttentionConfig) -> dict[str, g.AttentionConfig]:
         "tiled": tiny.replace(name="tiled", engines=2, max_seq_len=12, max_kv_len=12,
                               kv_tile=4, q_tile=8, double_buffer=False,
                               bias_in_lut_ram=True, channel_scales=True),
-        # 16-bit activations (two per bus word) with per-channel scales, two engines; the
-        # 35-bit accumulators its 8-term int16 Q.K^T needs
+        # 16-bit activations (two per bus word) and probabilities (a 256-interval exp table,
+        # a 24-bit reciprocal) with per-channel scales, two engines; the 35-bit accumulators
+        # its 8-term int16 Q.K^T needs
         "wide": tiny.replace(name="wide", engines=2, act_bits=16, acc_bits=35,
-                             channel_scales=True),
+                             channel_scales=True, prob_bits=16, recip_bits=24,
+                             exp_table_size=256, exp_frac_bits=18),
     }
 
 

@@ -339,3 +339,22 @@ def test_16bit_activations(engines, stalls):
     if not stalls:
         tensor, tensor_runs = make_case(cfg, seed=44, specs=specs[:3], weight_scales="tensor")
         check_layer_runs(cfg, tensor, tensor_runs)
+
+
+# 16-bit probabilities: a 256-interval exp table (its steps fit one 18-bit multiplier
+# operand, and the interpolation keeps the softmax within 0.55 LSB) and a 24-bit reciprocal.
+PROB16 = dict(prob_bits=16, recip_bits=24, exp_table_size=256, exp_frac_bits=18)
+
+
+@pytest.mark.parametrize("act_bits,stalls", [(8, False), (16, False), (16, True)])
+def test_16bit_probabilities(act_bits, stalls):
+    """prob_bits 16 (UQ0.16 P, a 17-bit P operand: still one multiplier per PE) with int8
+    and int16 activations, every mode; CYCLES is the model's without stalls."""
+    cfg = TINY.replace(act_bits=act_bits, acc_bits=32 if act_bits == 8 else 40, engines=2,
+                       **PROB16)
+    specs = [dict(seq=8), dict(seq=1), dict(seq=5, causal=True), dict(seq=7, key_len=3),
+             dict(seq=6, kv=8, key_len=5)]
+    layer, runs = make_case(cfg, seed=45 + act_bits, specs=specs)
+    trace = g.attention_int(cfg, layer, runs[0]["x"], trace=True)
+    assert (trace.probs % 256 != 0).any()       # the low 8 bits of P matter
+    check_layer_runs(cfg, layer, runs, stalls=stalls, seed=11)

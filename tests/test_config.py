@@ -138,8 +138,12 @@ def test_exp_bits_floor_for_short_rows(kv_len, exp_bits):
     (dict(act_bits=16, acc_bits=40, pos_enc=["1d"]),
      r"pos_enc = \['1d'\] with act_bits = 16: the positional encoder adds to int8 inputs"),
     (dict(weight_bits=16), r"weight_bits = 16 is out of range: allowed 8\.\.8"),
-    (dict(prob_bits=9, recip_bits=16), r"prob_bits = 9 is out of range: allowed 2\.\.8"),
-    (dict(prob_bits=16, recip_bits=16), r"prob_bits = 16 is out of range: allowed 2\.\.8"),
+    (dict(prob_bits=17, recip_bits=17), r"prob_bits = 17 is out of range: allowed 2\.\.16"),
+    (dict(prob_bits=16, recip_bits=16),
+     r"exp_table_size = 16 is too small for prob_bits = 16: a step between table entries is "
+     r"19 bits, more than one 18-bit multiplier operand"),
+    (dict(prob_bits=16, recip_bits=12, exp_table_size=32),
+     r"recip_bits = 12 is out of range: allowed 16\.\.24"),
     (dict(exp_table_size=16, exp_frac_bits=23),
      r"exp_frac_bits = 23 is out of range: allowed 4\.\.22"),
 ])

@@ -102,6 +102,17 @@ def test_tiled_16bit_activations():
     tiles, causal, padding, cross with kv_len != seq_len; the model exact."""
     cfg = TINY.replace(act_bits=16, acc_bits=40, kv_tile=4, q_tile=4, engines=2,
                        channel_scales=True)
-    layer, runs = make_case(cfg, seed=19, specs=[dict(seq=8), dict(seq=5, causal=True),
+    _check_tiled_16(cfg, 19)
+
+
+def test_tiled_16bit_probabilities():
+    """prob_bits 16 on the tiled path (the final normalisation to UQ0.16)."""
+    cfg = TINY.replace(prob_bits=16, recip_bits=24, exp_table_size=256, exp_frac_bits=18,
+                       kv_tile=4, q_tile=4, engines=2)
+    _check_tiled_16(cfg, 23)
+
+
+def _check_tiled_16(cfg, seed):
+    layer, runs = make_case(cfg, seed=seed, specs=[dict(seq=8), dict(seq=5, causal=True),
                                                  dict(seq=3, kv=7), dict(seq=6, key_len=3)])
     _check_runs(cfg, layer, runs, run_core(cfg, layer, runs))

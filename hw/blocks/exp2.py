@@ -248,8 +248,14 @@ def table_stages(m, cfg: AttentionConfig, W: int, n1, f1):
     t0_10 = _delay(m, t0_8, interp_latency - 1, "t0")
     n10 = _delay(m, n1, interp_latency, "n")
     if ib:
-        dt_rom = Array(Const(table[i] - table[i + 1], T + 1) for i in range(L))
-        m.submodules.interp = interp = RegisteredMultiplier(unsigned(T + 1), unsigned(ib),
+        # An entry's width, or where that is more than one multiplier operand (the 23-bit
+        # entries of prob_bits > 8), the steps' own: they are far smaller than the entries
+        # (at most 18 bits, cfg.exp_step_bits, checked by the configuration).
+        steps = [table[i] - table[i + 1] for i in range(L)]
+        dt_bits = T + 1 if T + 1 <= 18 else cfg.exp_step_bits
+        assert max(steps).bit_length() <= dt_bits
+        dt_rom = Array(Const(v, dt_bits) for v in steps)
+        m.submodules.interp = interp = RegisteredMultiplier(unsigned(dt_bits), unsigned(ib),
                                                             fabric_reg=True)
         m.d.comb += [interp.en.eq(1), interp.a.eq(dt_rom[idx]), interp.b.eq(f1[:ib])]
         # 11./12. mant = t0 - round_shift(step, ib)
