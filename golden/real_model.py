@@ -179,6 +179,10 @@ def _tokenize(folder: Path, sentences) -> list[list[int]]:
     return [tok.encode(s).ids for s in sentences]
 
 
+# 16-bit probabilities: a 256-interval exp table keeps the softmax within 0.55 LSB of UQ0.16
+# (docs/numerics.md), a 24-bit reciprocal.
+PROB16 = dict(prob_bits=16, recip_bits=24, exp_table_size=256, exp_frac_bits=18)
+
 # Quantizer variants of the study: name -> (configuration, quantize_layer options).
 VARIANTS = {
     "int8 per-tensor, max ranges": (minilm_config, {}),
@@ -187,6 +191,9 @@ VARIANTS = {
     "int8 per-channel weights, max ranges": (minilm_config, {"weight_scales": "channel"}),
     "int16 activations, per-channel weights, max ranges (configs/minilm.toml)": (
         minilm16_config, {"weight_scales": "channel"}),
+    "int16 activations and probabilities, per-channel weights, max ranges": (
+        lambda: minilm16_config().replace(name="minilm-p16", acc_bits=39, **PROB16),
+        {"weight_scales": "channel"}),
 }
 
 

@@ -64,11 +64,13 @@ def test_run_writes_json_and_plot(tmp_path):
     rep = run(tmp_path, rows_per_case=8, seed=2,
               layer_sequences={"tiny": (4, None, 16), "default": (1, 32, 4),
                                "bert-base": (1, 8, 2), "long": (1, 72, 2),
-                               "default-additive": (1, 8, 2)},
+                               "default-additive": (1, 8, 2), "act16": (1, 8, 2),
+                               "minilm": (1, 8, 2)},
               tiled_lengths=(16, 40),
               real_model=False)
     data = json.loads((tmp_path / "accuracy.json").read_text())
-    assert set(data["layer"]) == {"tiny", "default", "bert-base", "long", "default-additive"}
+    assert set(data["layer"]) == {"tiny", "default", "bert-base", "long", "default-additive",
+                                  "act16", "minilm"}
     for k in SOFTMAX_TARGETS:
         assert data[k] == rep["softmax"]["overall"][k]
     assert data["misses"] == check_bounds(rep)
