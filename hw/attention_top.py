@@ -11,10 +11,10 @@ s_axi_* (AXI4-Lite slave, 32-bit data)
     docs/register_map.md.
 s_axis_tdata[31:0], s_axis_tvalid, s_axis_tready, s_axis_tlast (AXI4-Stream slave)
     Activations after ``START``: SEQ_LEN rows of d_model int8 (element 4a+k in byte k of word
-    a), ``tlast`` on the last word; in cross mode then KV_LEN rows of the second sequence, again
+    a) or, with ``act_bits = 16``, int16 (element 2a+k in half-word k), ``tlast`` on the last word; in cross mode then KV_LEN rows of the second sequence, again
     ending with ``tlast``. ``tready`` is low except while a run is loading its input.
 m_axis_tdata[31:0], m_axis_tvalid, m_axis_tready, m_axis_tlast (AXI4-Stream master)
-    SEQ_LEN result rows of d_model int8 in the same packing; ``tlast`` on the final word.
+    SEQ_LEN result rows of d_model activations in the same packing; ``tlast`` on the final word.
 irq
     ``CTRL.IRQ_EN & (STATUS.DONE | STATUS.ERROR)``, level.
 

@@ -59,6 +59,6 @@ def test_fast_soak_is_clean_replayable_and_not_vacuous(monkeypatch):
     assert again == pick
     real = soak_fast.unpack_words
     monkeypatch.setattr(soak_fast, "unpack_words",
-                        lambda words, width: real(np.roll(words, 1), width))
+                        lambda words, width, bits=8: real(np.roll(words, 1), width, bits))
     bad = soak_fast.run_fast_soak(cfg, 200, seed=11, out=OUT / "fast-broken", opt="-O0")
     assert bad["mismatches"] > 0 and bad["failed_events"] > 0

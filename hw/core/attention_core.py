@@ -37,12 +37,12 @@ one B vector (array_cols values) per cycle, so the arrays never wait on memory.
 Ports
 -----
 x_in : In(stream) of ``{data: 32, last: 1}``
-    Activations: ``seq_len`` rows of d_model int8 (4 per word, element 4a+k in byte k), then in
-    cross mode ``kv_len`` rows of the second sequence; ``last`` on the final word of each.
+    Activations: ``seq_len`` rows of d_model ``act_bits`` integers (4 int8 per word, element
+    4a+k in byte k, or 2 int16, element 2a+k in half-word k), then in cross mode ``kv_len`` rows of the second sequence; ``last`` on the final word of each.
     Enters through a register slice (``ready`` from a flip-flop; up to two words are taken
     ahead of the loader).
 y_out : Out(stream) of ``{data: 32, last: 1}``
-    The int8 result rows in the same packing; ``last`` on the final word. Leaves through a
+    The result rows (``act_bits``) in the same packing; ``last`` on the final word. Leaves through a
     register slice (``valid``, ``data`` and ``last`` from flip-flops; ``ready`` reaches only
     the slice).
 start : In(StartSignature(cfg))

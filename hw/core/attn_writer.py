@@ -20,7 +20,7 @@ def attn_tile_layout(geom: CoreGeometry) -> data.StructLayout:
 
 class AttnWriter(wiring.Component):
     """Gathers the tile accumulator's normalised values (``norm_lanes`` per beat, columns in
-    order within a row) into words of ``C`` int8 and writes them into the attention buffer,
+    order within a row) into words of ``C`` activations and writes them into the attention buffer,
     where the output projection reads them as on the whole-row path.
 
     Members

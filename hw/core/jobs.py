@@ -2,7 +2,7 @@
 
 Every matrix product runs on all engines at once, in lock-step, each on its own head's slice
 (engine ``e`` works on head ``lh * E + e``): ``m x k`` rows of operand A times a ``k x n``
-operand B, optionally plus a bias row and requantized to int8, written to ``dst``.
+operand B, optionally plus a bias row and requantized to ``act_bits``, written to ``dst``.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ __all__ = ["ASource", "BSource", "Requant", "Dest", "job_layout"]
 
 class ASource(enum.Enum, shape=3):
     """Operand A: rows of the M side (one element per array row per cycle)."""
-    X = 0        # the input sequence (int8)
-    KV = 1       # the second sequence of a cross run (int8)
-    Q = 2        # Q of the head (int8)
+    X = 0        # the input sequence (act_bits integers)
+    KV = 1       # the second sequence of a cross run
+    Q = 2        # Q of the head
     P = 3        # probabilities of the head (unsigned, prob_bits)
-    ATTN = 4     # attention output A of every head (int8), for the output projection
+    ATTN = 4     # attention output A of every head, for the output projection
 
 
 class BSource(enum.Enum, shape=2):

@@ -23,7 +23,7 @@ class ResultWriter(wiring.Component):
     job : ``In(stream.Signature(job_layout(geom)))``
         ``ready`` once the job's last result beat is written.
     result : ``In(stream.Signature(result_layout))``
-        The engine's results (``data``: ``C`` accumulator-wide values, int8 after
+        The engine's results (``data``: ``C`` accumulator-wide values, ``act_bits`` after
         requantization, raw scores for S; ``row``, ``col`` of the beat's first column;
         ``last``). Always ready, except to a ``Dest.ACC`` job (below).
     q_write, a_write : per bank (``R``); k_write : per bank (``C``); v_write, s_write, o_write
