@@ -353,3 +353,35 @@ def test_engine_rejects_channel_without_bias_or_requant():
     assert bench.run(len(expected)) == expected
     assert bench.errors == 2
     assert all(v == 0 for v in bench.leftover.values())
+
+
+def _shift_probe_case(cfg, rng, shift, mult, n):
+    """One product (k = 1) whose sums times ``mult`` land on the requantizer's edges at
+    ``shift``: the rounding and saturation thresholds, zero, and values whose set bits reach
+    every byte of the product."""
+    a_bits = cfg.act_bits
+    half = 1 << (a_bits - 1)
+    unit = 1 << (shift - 1)
+    targets = [(2 * half - 1) * unit, (2 * half + 1) * unit, -(2 * half + 1) * unit,
+               -(2 * half - 1) * unit, -(2 * half + 3) * unit, 0, unit, -unit]
+    targets += [int(rng.integers(-(1 << 62), 1 << 62)) >> int(rng.integers(0, 62))
+                for _ in range(n - len(targets))]
+    limit = (1 << (cfg.bias_bits - 1)) - 4
+    bias = np.array([max(-limit, min(limit, t // mult)) for t in targets[:n]], dtype=np.int64)
+    m = cfg.array_rows
+    a = rng.integers(-1, 2, size=(m, 1))
+    b = rng.integers(-2, 3, size=(1, n))
+    return MatmulCase(a=a, b=b, bias=bias, requant=Requant(mult, shift))
+
+
+@pytest.mark.parametrize("act_bits,acc_bits", [(8, 32), (16, 40)])
+def test_engine_requantizes_every_shift(act_bits, acc_bits):
+    """Every shift 1..62 with the smallest, the largest and a random multiplier, on sums at
+    the rounding and saturation edges and spread over the product's bytes: exact against
+    golden (the rounding shift keeps only the bits the result needs, plus flags)."""
+    cfg = TINY.replace(act_bits=act_bits, acc_bits=acc_bits)
+    rng = np.random.default_rng(act_bits)
+    mults = (1, (1 << cfg.requant_mult_bits) - 1, int(rng.integers(2, 1 << 16)))
+    cases = [_shift_probe_case(cfg, rng, shift, mults[shift % 3], 16)
+             for shift in range(1, 63)]
+    check_commands(cfg, cases, 0.1, 0.2, seed=act_bits)

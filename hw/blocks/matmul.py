@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Array, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -551,9 +551,7 @@ class MatmulEngine(wiring.Component):
         # (x + 1) >> 1 and the saturation flags; then the saturation and column mask into the
         # output buffer. meta[i] is the side data of stage q(i + 1).
         PL = self.PRODUCT_LATENCY
-        acc_bits = cfg.acc_bits
-        sum_shape = signed(acc_bits + 1)
-        wide_shape = signed(acc_bits + 1 + mult_bits)
+        sum_shape = signed(cfg.acc_bits + 1)
         meta_layout = data.StructLayout({
             "valid": 1,
             "row": self.result_layout["row"].shape,
@@ -575,23 +573,6 @@ class MatmulEngine(wiring.Component):
             # one multiplier and shift per tile; the shifters' amounts from the side data
             q1_mults = [q1_mult] * C
             shift_srcs = [(meta[PL - 1].shift_m1, meta[PL].shift_m1)] * C
-        q5_val = [Signal(wide_shape, name=f"coarse_{c}", reset_less=True) for c in range(C)]
-        q6_val = [Signal(wide_shape, name=f"shifted_{c}", reset_less=True) for c in range(C)]
-        q7_val = [Signal(signed(acc_bits), name=f"rounded_{c}", reset_less=True)
-                  for c in range(C)]
-        # Saturation: with a = act_bits, the rounded value (x + 1) >> 1 is above qmax iff
-        # x >= 2**a - 1, i.e. x >= 0 and (x >> a != 0 or the low a bits are all ones), and
-        # below qmin iff x < -2**a - 1, i.e. x < 0 and not (x >> a == -1 or (x >> a == -2 and
-        # the low a bits all ones)). q7 keeps these as a few partial reductions (groups of
-        # 16 bits: two LUT levels each), combined at the output.
-        a_bits = cfg.act_bits
-        upper_bits = len(Signal(wide_shape)) - a_bits
-        groups = [(lo, min(lo + 16, upper_bits)) for lo in range(0, upper_bits, 16)]
-        q7_sign = Signal(C)
-        q7_low_ones = Signal(C)
-        q7_bit_a = Signal(C)
-        q7_or = [Signal(len(groups), name=f"upper_or_{c}") for c in range(C)]
-        q7_and = [Signal(len(groups), name=f"upper_and_{c}") for c in range(C)]
         products = self._requant_products(m, go, sum_shape, q1_sum, q1_mults)
 
         row = head.row0 + array.row_index
@@ -611,43 +592,110 @@ class MatmulEngine(wiring.Component):
             m.d.sync += [meta[i].eq(meta[i - 1]) for i in range(1, len(meta))]
             for c in range(C):
                 bias = Mux(row_first, Mux(head.bias_en, biases[c], 0), tile_bias[c])
-                coarse_src, fine_src = shift_srcs[c]
-                x6 = q6_val[c]
-                # The shift amounts, as every column's own copy (loaded with the stage
-                # before; stored XORed with the column number, so that synthesis keeps the
-                # copies apart): one register per amount fanned out to every column's
-                # shifter, about 400 LUTs, was on the routed top's failing list.
-                key = c & 7
-                sh_coarse = Signal(3, name=f"sh_coarse_{c}", reset_less=True)
-                sh_fine = Signal(3, name=f"sh_fine_{c}", reset_less=True)
-                m.d.sync += [sh_coarse.eq(coarse_src[3:] ^ key),
-                             sh_fine.eq(fine_src[:3] ^ key)]
-                with m.Switch(sh_coarse):
-                    for v in range(8):
-                        with m.Case(v):
-                            m.d.sync += q5_val[c].eq(products[c] >> (8 * (v ^ key)))
-                with m.Switch(sh_fine):
-                    for v in range(8):
-                        with m.Case(v):
-                            m.d.sync += q6_val[c].eq(q5_val[c] >> (v ^ key))
-                m.d.sync += [
-                    q1_sum[c].eq(array.row_data[c] + bias),
-                    # (x + 2**(s-1)) >> s == ((x >> (s-1)) + 1) >> 1; the result saturates
-                    # above qmax iff x >= 2 qmax + 1 and below qmin iff x < 2 qmin - 1.
-                    q7_val[c].eq(Mux(meta[PL + 2].requant_en, (x6 + 1) >> 1, x6)),
-                    q7_sign[c].eq(x6[-1]),
-                    q7_low_ones[c].eq(x6[:a_bits].all()),
-                    q7_bit_a[c].eq(x6[a_bits]),
-                    q7_or[c].eq(Cat(*(x6[a_bits + lo:a_bits + hi].any() for lo, hi in groups))),
-                    # bits above a: x >> (a + 1) == -1 (bit a itself is q7_bit_a)
-                    q7_and[c].eq(Cat(*(x6[a_bits + max(lo, 1):a_bits + hi].all()
-                                       if hi > max(lo, 1) else Const(1, 1)
-                                       for lo, hi in groups))),
-                ]
-
-        out_row = self._output_row(m, meta[PL + 3], q7_val, q7_sign, q7_low_ones, q7_bit_a,
-                                   q7_or, q7_and)
+                m.d.sync += q1_sum[c].eq(array.row_data[c] + bias)
+        q7 = [self._rounding_shift(m, go, c, products[c], *shift_srcs[c],
+                                   meta[PL + 2].requant_en)
+              for c in range(C)]
+        out_row = self._output_row(m, meta[PL + 3], q7)
         return out_row, meta
+
+    def _rounding_shift(self, m, go, c, product, coarse_src, fine_src, requant_en):
+        """Builds column ``c``'s coarse shift, fine shift and rounding of its ``product``
+        (stages q5 to q7); returns the q7 registers as a namespace: ``value`` (the rounded
+        value, or without ``requant_en`` the unshifted sum), ``sign``, ``low_ones``, ``bit_a``
+        and the two flags ``hi_zero`` and ``hi_ones`` the saturation is decided from.
+
+        Only ``act_bits + 1`` bits of the shifted product reach the rounded result; the bits
+        above them matter only through whether they are all zero or all one. So the coarse
+        stage keeps ``K = act_bits + 8`` bits of ``product >> 8 v`` (enough for any fine
+        shift of 0..7) and, unshifted, the all-zero / all-one flags of each byte of the
+        product above bit ``K``; the fine stage keeps ``act_bits + 1`` bits of the result
+        and folds the bits it drops and the flags of the bytes above ``K + 8 v`` into two
+        flags. The sum without requantization (shift 0) passes through as plain register
+        copies of the product's low ``acc_bits`` bits. Same latency and results as shifting
+        the whole ``acc_bits + 1 + requant_mult_bits``-bit product, a third of the wires.
+        """
+        cfg = self.cfg
+        a_bits, acc_bits = cfg.act_bits, cfg.acc_bits
+        K = a_bits + 8
+        width = len(product)
+        sign_bit = product[width - 1]
+        # the bytes of the product above bit K, below its sign bit (the sign bit always
+        # belongs to the bits above K + 8 v, which sign-extend the product)
+        chunks = [(lo, min(lo + 8, width - 1)) for lo in range(K, width - 1, 8)]
+        RL = dict(reset_less=True)
+        q5_low = Signal(K, name=f"coarse_{c}", **RL)                  # (product >> 8 v)[:K]
+        q5_high = Signal(max(acc_bits - K, 0), name=f"coarse_high_{c}", **RL)   # v = 0 only
+        q5_zero = Signal(len(chunks), name=f"byte_zero_{c}", **RL)
+        q5_ones = Signal(len(chunks), name=f"byte_ones_{c}", **RL)
+        q5_sign = Signal(name=f"coarse_sign_{c}", **RL)
+        q6_low = Signal(a_bits + 1, name=f"shifted_{c}", **RL)        # (q5 >> f)[:a + 1]
+        q6_high = Signal(acc_bits - a_bits - 1, name=f"shifted_high_{c}", **RL)  # f = 0 only
+        q6_zero = Signal(name=f"above_zero_{c}", **RL)     # (x >> (a + 1)) == 0
+        q6_ones = Signal(name=f"above_ones_{c}", **RL)     # (x >> (a + 1)) == -1
+        q6_sign = Signal(name=f"shifted_sign_{c}", **RL)
+        q7 = SimpleNamespace(
+            value=Signal(signed(acc_bits), name=f"rounded_{c}", **RL),
+            sign=Signal(name=f"rounded_sign_{c}", **RL),
+            low_ones=Signal(name=f"low_ones_{c}", **RL),
+            bit_a=Signal(name=f"bit_a_{c}", **RL),
+            hi_zero=Signal(name=f"hi_zero_{c}", **RL),
+            hi_ones=Signal(name=f"hi_ones_{c}", **RL))
+        # The shift amounts, as every column's own copy (loaded with the stage before; stored
+        # XORed with the column number, so that synthesis keeps the copies apart): one
+        # register per amount fanned out to every column's shifter, about 400 LUTs, was on
+        # the routed top's failing list.
+        key = c & 7
+        a1 = a_bits + 1
+        dropped_zero, dropped_ones, bytes_zero, bytes_ones = (
+            Signal(name=f"{n}_{c}") for n in ("dropped_zero", "dropped_ones", "bytes_zero",
+                                              "bytes_ones"))
+        sh_coarse = Signal(3, name=f"sh_coarse_{c}", **RL)
+        sh_fine = Signal(3, name=f"sh_fine_{c}", **RL)
+        sh_bytes = Signal(3, name=f"sh_bytes_{c}", **RL)    # the coarse amount, one stage on
+        with m.If(go):
+            m.d.sync += [sh_coarse.eq(coarse_src[3:] ^ key), sh_fine.eq(fine_src[:3] ^ key),
+                         sh_bytes.eq(fine_src[3:] ^ key)]
+            # q5: coarse shift of the low bits; byte flags and the sum's bits unshifted
+            with m.Switch(sh_coarse):
+                for v in range(8):
+                    with m.Case(v ^ key):
+                        m.d.sync += q5_low.eq(product >> (8 * v))
+            m.d.sync += [
+                q5_high.eq(product[K:acc_bits]),
+                q5_zero.eq(Cat(*(~product[lo:hi].any() for lo, hi in chunks))),
+                q5_ones.eq(Cat(*(product[lo:hi].all() for lo, hi in chunks))),
+                q5_sign.eq(sign_bit),
+            ]
+            # q6: fine shift; the dropped bits above a + 1 and the bytes above K + 8 v fold
+            # into two flags
+            with m.Switch(sh_fine):
+                for f in range(8):
+                    with m.Case(f ^ key):
+                        m.d.sync += q6_low.eq(q5_low[f:f + a1])
+                        m.d.comb += [dropped_zero.eq(~q5_low[a1 + f:K].any()),
+                                     dropped_ones.eq(q5_low[a1 + f:K].all())]
+            with m.Switch(sh_bytes):
+                for v in range(8):
+                    with m.Case(v ^ key):
+                        m.d.comb += [bytes_zero.eq(q5_zero[v:].all() & ~q5_sign),
+                                     bytes_ones.eq(q5_ones[v:].all() & q5_sign)]
+            m.d.sync += [q6_zero.eq(dropped_zero & bytes_zero),
+                         q6_ones.eq(dropped_ones & bytes_ones)]
+            m.d.sync += [q6_high.eq(Cat(q5_low, q5_high)[a1:acc_bits]), q6_sign.eq(q5_sign)]
+            # q7: rounding (x + 2**(s-1)) >> s == ((x >> (s-1)) + 1) >> 1, exact in the low
+            # a bits whenever the result does not saturate; the saturation flags
+            rounded = Signal(signed(a_bits))
+            m.d.comb += rounded.eq((q6_low + 1)[1:a1])
+            m.d.sync += [
+                q7.value.eq(Mux(requant_en, rounded, Cat(q6_low, q6_high).as_signed())),
+                q7.sign.eq(q6_sign),
+                q7.low_ones.eq(q6_low[:a_bits].all()),
+                q7.bit_a.eq(q6_low[a_bits]),
+                q7.hi_zero.eq(q6_zero),
+                q7.hi_ones.eq(q6_ones),
+            ]
+        return q7
 
     def _channel_scales(self, m, go, head, row_first, bias_buf):
         """Per-channel scales: every column's multiplier and shift (minus one) from its tile's
@@ -688,21 +736,26 @@ class MatmulEngine(wiring.Component):
             products.append(pad.delayed)
         return products
 
-    def _output_row(self, m, q7, q7_val, q7_sign, q7_low_ones, q7_bit_a, q7_or, q7_and):
+    def _output_row(self, m, q7, cols):
         """Builds the last stage's saturation (with ``requant_en``) and column mask from the
-        q7 value and flags; returns the output row (``result_layout``)."""
+        columns' q7 values and flags (``cols``, from :meth:`_rounding_shift`); returns the
+        output row (``result_layout``)."""
         cfg = self.cfg
         qmax = (1 << (cfg.act_bits - 1)) - 1
         qmin = -(1 << (cfg.act_bits - 1))
         out_row = Signal(self.result_layout)
         m.d.comb += [out_row.row.eq(q7.row), out_row.col.eq(q7.col), out_row.last.eq(q7.last)]
-        for c in range(self.cols):
-            upper_zero = ~q7_or[c].any()
-            upper_m1 = q7_and[c].all() & q7_bit_a[c]       # x >> a == -1
-            upper_m2 = q7_and[c].all() & ~q7_bit_a[c]      # x >> a == -2
-            hi = ~q7_sign[c] & (~upper_zero | q7_low_ones[c])
-            lo = q7_sign[c] & ~upper_m1 & ~(upper_m2 & q7_low_ones[c])
-            clamped = Mux(hi, qmax, Mux(lo, qmin, q7_val[c]))
-            value = Mux(q7.requant_en, clamped, q7_val[c])
+        # With a = act_bits, the rounded value (x + 1) >> 1 is above qmax iff x >= 2**a - 1,
+        # i.e. x >= 0 and (x >> a != 0 or the low a bits are all ones), and below qmin iff
+        # x < -2**a - 1, i.e. x < 0 and not (x >> a == -1 or (x >> a == -2 and the low a
+        # bits all ones)).
+        for c, col in enumerate(cols):
+            upper_zero = col.hi_zero & ~col.bit_a          # x >> a == 0
+            upper_m1 = col.hi_ones & col.bit_a             # x >> a == -1
+            upper_m2 = col.hi_ones & ~col.bit_a            # x >> a == -2
+            hi = ~col.sign & (~upper_zero | col.low_ones)
+            lo = col.sign & ~upper_m1 & ~(upper_m2 & col.low_ones)
+            clamped = Mux(hi, qmax, Mux(lo, qmin, col.value))
+            value = Mux(q7.requant_en, clamped, col.value)
             m.d.comb += out_row.data[c].eq(Mux(q7.col_mask[c], value, 0))
         return out_row
