@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from amaranth import *
 
-__all__ = ["cdiv", "addr_bits", "divmod_const", "mixed_radix", "or_all"]
+__all__ = ["cdiv", "addr_bits", "divmod_const", "mixed_radix", "or_all", "kept_copy"]
 
 
 def cdiv(a: int, b: int) -> int:
@@ -72,16 +72,23 @@ def or_all(values):
     return out
 
 
-def element_of(m: Module, word, idx, count: int, width: int = 8, key: int = 0):
-    """Element ``idx ^ key`` (``idx`` a Signal) of a word of ``count`` elements of ``width``
-    bits, as a case table on ``idx`` (0 for an index past the last element). ``key`` undoes
-    an XOR the caller stored in ``idx`` (a per-engine copy of a lane select kept distinct so
-    synthesis does not merge the copies) at no cost."""
+def element_of(m: Module, word, idx, count: int, width: int = 8):
+    """Element ``idx`` (a Signal) of a word of ``count`` elements of ``width`` bits, as a case
+    table on ``idx`` (0 for an index past the last element)."""
     sel = Signal(width)
     with m.Switch(idx):
-        for v in range(1 << len(idx)):
-            if (v ^ key) < count:
-                with m.Case(v):
-                    i = v ^ key
-                    m.d.comb += sel.eq(word[i * width:(i + 1) * width])
+        for i in range(min(count, 1 << len(idx))):
+            with m.Case(i):
+                m.d.comb += sel.eq(word[i * width:(i + 1) * width])
     return sel
+
+
+def kept_copy(m: Module, name: str, value, en) -> Signal:
+    """A register of ``value``, loaded when ``en``, marked ``keep``: one of several equal copies
+    that each drive part of a large fanout, placed by their loads. Synthesis would merge equal
+    registers into one; the flow (``hw.flow.yowasp.KEEP_COPIES``) and vendor tools that honour
+    ``keep`` on a register leave them apart."""
+    reg = Signal.like(value, name=name, reset_less=True, attrs={"keep": 1})
+    with m.If(en):
+        m.d.sync += reg.eq(value)
+    return reg

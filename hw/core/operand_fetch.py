@@ -7,7 +7,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.blocks.queue import StreamQueue
-from hw.core.arith import divmod_const, element_of, mixed_radix, or_all
+from hw.core.arith import divmod_const, element_of, kept_copy, mixed_radix, or_all
 from hw.core.buffers import CoreBuffers
 from hw.core.geometry import CoreGeometry
 from hw.core.jobs import ASource, BSource, job_layout
@@ -309,24 +309,6 @@ class OperandFetch(wiring.Component):
         a_width, b_width = self.a_width, self.b_width
         cross = g.cfg.cross_attention
 
-        def lane_copy(name, lane, e):
-            """Engine ``e``'s own copy of a fetch lane select, stored as ``lane ^ key``.
-
-            One shared register fanned out to every engine's lane multiplexers, at both ends
-            of the die (13 failing path groups of one routed run). Equal copies would be
-            merged by synthesis; stored with a different constant XORed in, each is its own
-            flip-flop, placed by its engine, and ``element_of(..., key=...)`` undoes the XOR
-            in the multiplexer's case table at no cost. The key is all zeros or all ones
-            (even or odd engines): bits a key leaves equal would still be merged, and a key
-            ``e`` differs from key 0 only in its low bits."""
-            reg = Signal.like(lane, name=name, reset_less=True)
-            with m.If(advance):
-                m.d.sync += reg.eq(lane ^ lane_key(lane, e))
-            return reg
-
-        def lane_key(lane, e):
-            return ((1 << len(lane)) - 1) if e % 2 else 0
-
         def stage_reg(name, value):
             """A register of the fetch pipeline (loads when it advances), without reset."""
             reg = Signal.like(value, name=name, reset_less=True)
@@ -361,17 +343,18 @@ class OperandFetch(wiring.Component):
         kv_sd = [stage_reg(f"sd_kv{r}", kv_rp[r].data) for r in range(R)] if kv_rp else None
         attn_sd = [[stage_reg(f"sd_attn{e}_{r}", attn_rp[e][r].data) for r in range(R)]
                    for e in range(E)]
-        # The lane of every engine's attention word (selected with that engine's lane copy),
-        # shared by all engines' fetches; the engine is chosen after this register, with the
-        # source (a 16-way multiplexer from buffers at both ends of the die did not fit one
-        # cycle).
-        sd_a_lane = [lane_copy(f"sd_a_lane{e}", s1_a_lane, e) for e in range(E)]
-        sd_b_lane = [lane_copy(f"sd_b_lane{e}", s1_b_lane, e) for e in range(E)]
-        akey = [lane_key(s1_a_lane, e) for e in range(E)]
-        bkey = [lane_key(s1_b_lane, e) for e in range(E)]
-        attn_sb = [[stage_reg(f"sb_attn{ee}_{r}",
-                              element_of(m, attn_sd[ee][r], sd_a_lane[ee], C, A,
-                                         key=akey[ee]))
+        # The lane selects, one kept copy per engine and array row (A) or column (B): one
+        # register per engine drove all of its rows' multiplexers, and its route across the
+        # engine's buffers was the routed top's worst path (8.6 of 10.05 ns).
+        a_lane = [[kept_copy(m, f"sd_a_lane{e}_{r}", s1_a_lane, advance) for r in range(R)]
+                  for e in range(E)]
+        b_lane = [[kept_copy(m, f"sd_b_lane{e}_{c}", s1_b_lane, advance) for c in range(C)]
+                  for e in range(E)]
+        # The lane of every engine's attention word, shared by all engines' fetches; the
+        # engine is chosen after this register, with the source (a 16-way multiplexer from
+        # buffers at both ends of the die did not fit one cycle).
+        attn_sb = [[stage_reg(f"sb_attn{ee}_{r}", element_of(m, attn_sd[ee][r], a_lane[ee][r],
+                                                             C, A))
                     for r in range(R)] for ee in range(E)]
         for e in range(E):
             q_rp, p_rp = list(self.q_read[e]), list(self.p_read[e])
@@ -390,17 +373,16 @@ class OperandFetch(wiring.Component):
             for r in range(R):
                 # sb: the element of each source word (lane multiplexers after the block
                 # RAM outputs); s2: the source the job reads, masked.
-                lane, key = sd_a_lane[e], akey[e]
-                xb = stage_reg(f"sb_x{e}_{r}", element_of(m, x_sd[r], lane, EPW, A, key=key))
-                kvb = (stage_reg(f"sb_kv{e}_{r}", element_of(m, kv_sd[r], lane, EPW, A,
-                                                             key=key))
+                lane = a_lane[e][r]
+                xb = stage_reg(f"sb_x{e}_{r}", element_of(m, x_sd[r], lane, EPW, A))
+                kvb = (stage_reg(f"sb_kv{e}_{r}", element_of(m, kv_sd[r], lane, EPW, A))
                        if kv_rp else xb)
                 qb = stage_reg(f"sb_q{e}_{r}",
                                element_of(m, stage_reg(f"sd_q{e}_{r}", q_rp[r].data), lane, C,
-                                          A, key=key))
+                                          A))
                 pb = stage_reg(f"sb_p{e}_{r}",
                                element_of(m, stage_reg(f"sd_p{e}_{r}", p_rp[r].data), lane, L,
-                                          PB, key=key))
+                                          PB))
                 values = {ASource.X: xb.as_signed(), ASource.KV: kvb.as_signed(),
                           ASource.Q: qb.as_signed(),
                           ASource.P: pb,                     # unsigned probability
@@ -416,11 +398,10 @@ class OperandFetch(wiring.Component):
                 a_beat.append(val)
             for c in range(C):
                 wb = stage_reg(f"sb_w{e}_{c}",
-                               element_of(m, w_sd[32 * c:32 * (c + 1)], sd_b_lane[e], 4,
-                                          key=bkey[e]))
+                               element_of(m, w_sd[32 * c:32 * (c + 1)], b_lane[e][c], 4))
                 kb = stage_reg(f"sb_k{e}_{c}",
                                element_of(m, stage_reg(f"sd_k{e}_{c}", k_rp[c].data),
-                                          sd_b_lane[e], C, A, key=bkey[e]))
+                                          b_lane[e][c], C, A))
                 vb = stage_reg(f"sb_v{e}_{c}", v_sd[A * c:A * (c + 1)])
                 val = select(f"b{e}_{c}", signed(b_width), sb_src_b, {
                     BSource.W: wb.as_signed(), BSource.K: kb.as_signed(),

@@ -54,7 +54,7 @@ from pathlib import Path
 
 from golden.config import ConfigError, load_config
 
-from hw.flow.yowasp import ecp5_script, tool
+from hw.flow.yowasp import KEEP_COPIES, ecp5_script, tool
 
 __all__ = ["TARGETS", "DEVICES", "Device", "count_cells", "resources", "fit_problems",
            "summarize_critical_path", "NextpnrLog", "run_nextpnr", "build_report", "provenance",
@@ -188,10 +188,10 @@ def yosys_script(target: str, device: Device, il: str) -> str:
         # iCE40 has no distributed (LUT) RAM: the softmax queues' ram_style = "distributed"
         # (which keeps them out of block RAM on ECP5/xc7) would make memory_libmap fail, so
         # it is dropped and Yosys picks flip-flops or EBR for them.
-        return (f"read_rtlil {il}; setattr -unset ram_style a:ram_style; "
+        return (f"read_rtlil {il}; {KEEP_COPIES}; setattr -unset ram_style a:ram_style; "
                 f"synth_ice40 -top {TOP}{dsp}; "
                 f"tee -q -o stat.txt stat; write_json netlist.json")
-    return (f"read_rtlil {il}; synth_xilinx -family xc7 -flatten -top {TOP}; "
+    return (f"read_rtlil {il}; {KEEP_COPIES}; synth_xilinx -family xc7 -flatten -top {TOP}; "
             f"tee -q -o stat.txt stat")
 
 
