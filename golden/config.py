@@ -35,7 +35,7 @@ def _clog2(n: int) -> int:
 # (section, field) pairs of the TOML layout; the dataclass fields are flat.
 _SECTIONS = {
     "model": ("d_model", "heads", "head_dim", "max_seq_len", "max_kv_len"),
-    "array": ("array_rows", "array_cols", "engines"),
+    "array": ("array_rows", "array_cols", "engines", "requant_lanes"),
     "widths": ("act_bits", "weight_bits", "bias_bits", "acc_bits", "prob_bits",
                "requant_mult_bits"),
     "softmax": ("exp_table_size", "exp_frac_bits", "exp_mult_bits", "recip_bits",
@@ -67,6 +67,11 @@ class AttentionConfig:
     Array
         ``array_rows`` x ``array_cols`` processing elements per systolic array; ``engines`` head
         engines (each one array plus one softmax unit) work on different heads at once.
+        ``requant_lanes`` columns of a result row are requantized per cycle (0: all
+        ``array_cols``, a row per cycle). A lane is one product of two 18 x 18 DSP blocks and
+        its rounding shift; with fewer lanes a row takes ``array_cols / requant_lanes``
+        cycles, so tiles are issued at least ``array_rows * array_cols / requant_lanes``
+        cycles apart, which lengthens only products with a shorter ``k``.
     Widths
         Signed ``act_bits`` activations, ``weight_bits`` weights, ``bias_bits`` biases,
         ``acc_bits`` accumulators; unsigned ``prob_bits`` probabilities (UQ0.prob_bits);
@@ -115,6 +120,7 @@ class AttentionConfig:
     array_rows: int = 4
     array_cols: int = 4
     engines: int = 1
+    requant_lanes: int = 0
     # widths
     act_bits: int = 8
     weight_bits: int = 8
@@ -206,6 +212,12 @@ class AttentionConfig:
         need("array_cols", 2, max(2, self.d_model),
              "at most d_model, the largest N of any product")
         need("engines", 1, self.heads, "at most one engine per head")
+        need("requant_lanes", 0, self.array_cols,
+             f"columns requantized per cycle, 0 for all array_cols = {self.array_cols}")
+        if self.requant_lanes and self.array_cols % self.requant_lanes:
+            raise ConfigError(
+                f"requant_lanes = {self.requant_lanes} must divide array_cols = "
+                f"{self.array_cols} (a result row is requantized in equal groups of columns)")
 
         need("exp_table_size", 2, 1024)
         if self.exp_table_size & (self.exp_table_size - 1):
@@ -350,6 +362,18 @@ class AttentionConfig:
         if (self.head_dim * 127 * 128).bit_length() + 1 > self.acc_bits:
             raise ConfigError(f"acc_bits = {self.acc_bits} cannot hold an additive score of "
                               f"head_dim = {self.head_dim} terms")
+
+    @property
+    def requant_passes(self) -> int:
+        """Cycles the requantizer takes per result row (``array_cols / requant_lanes``)."""
+        return self.array_cols // self.requant_lanes if self.requant_lanes else 1
+
+    @property
+    def min_tile_steps(self) -> int:
+        """Fewest cycles between two tiles' last operand beats on a matrix engine: the array
+        drains a row per cycle, the requantizer takes ``requant_passes`` per row."""
+        R, C = self.array_rows, self.array_cols
+        return max(R, C, self.requant_passes * R)
 
     @property
     def additive(self) -> bool:

@@ -76,6 +76,26 @@ def test_additive_scorer_limits(changes, needle):
     assert AttentionConfig(additive_lanes=16).additive and not AttentionConfig().additive
 
 
+@pytest.mark.parametrize("changes, needle", [
+    (dict(requant_lanes=5), "requant_lanes = 5 is out of range: allowed 0..4"),
+    (dict(requant_lanes=-1), "requant_lanes = -1 is out of range"),
+    (dict(requant_lanes=3, array_cols=8, d_model=64), "requant_lanes = 3 must divide "
+                                                      "array_cols = 8"),
+])
+def test_requantizer_lane_limits(changes, needle):
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        AttentionConfig(**changes)
+
+
+def test_requantizer_lanes_set_the_tile_spacing():
+    full = AttentionConfig(array_rows=6, array_cols=8, d_model=64)
+    assert (full.requant_passes, full.min_tile_steps) == (1, 8)
+    half = full.replace(requant_lanes=4)
+    assert (half.requant_passes, half.min_tile_steps) == (2, 12)
+    assert full.replace(requant_lanes=8).min_tile_steps == 8
+    assert full.replace(requant_lanes=1).min_tile_steps == 48
+
+
 def test_accumulator_too_narrow_names_product_and_width():
     with pytest.raises(ConfigError, match=r"acc_bits = 16 is too narrow.*projection"):
         AttentionConfig(acc_bits=16, bias_bits=16, requant_mult_bits=16)
@@ -125,7 +145,7 @@ def test_derived_widths_of_tiny():
                                               (33, 17), (128, 18), (512, 20)])
 def test_exp_bits_floor_for_short_rows(kv_len, exp_bits):
     cfg = load_config(REPO / "configs/default.toml").replace(
-        max_kv_len=kv_len, max_seq_len=kv_len, array_rows=2, array_cols=2)
+        max_kv_len=kv_len, max_seq_len=kv_len, array_rows=2, array_cols=2, requant_lanes=0)
     assert cfg.exp_bits == exp_bits
 
 

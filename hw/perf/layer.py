@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from golden.config import AttentionConfig
 
-from hw.perf.matmul import ARRAY_LATENCY_EXTRA, POST_LATENCY, matmul_cycles
+from hw.perf.matmul import ARRAY_LATENCY_EXTRA, POST_LATENCY, matmul_cycles, row_delay
 from hw.perf.softmax import SoftmaxTiming
 
 __all__ = ["LayerTiming", "layer_timing", "stream_elems_per_cycle", "JOB_OVERHEAD",
@@ -124,14 +124,15 @@ def _score_row_times(cfg, seq, kv, start):
     R, C = cfg.array_rows, cfg.array_cols
     k = cfg.head_dim
     tiles_n = _cdiv(kv, C)
-    step = max(k, R, C)
+    step = max(k, cfg.min_tile_steps)
     out = []
     for i in range(seq):
         last_tile = (i // R) * tiles_n + tiles_n - 1
         last_beat = start + (k - 1) + last_tile * step
         # + 3: the result register (rs), the result write register, then the score_rows
         # count.
-        out.append(last_beat + C + ARRAY_LATENCY_EXTRA + i % R + POST_LATENCY + 3)
+        out.append(last_beat + C + ARRAY_LATENCY_EXTRA + i % R + row_delay(cfg, i % R)
+                   + POST_LATENCY + 3)
     return out
 
 
@@ -195,7 +196,7 @@ def _pv_stall(cfg, seq, kv, rows_written, pv_go):
     # P.V: row tiles of kv beats per column tile; a row tile's first beat waits until its
     # rows of P are counted.
     tiles_n = _cdiv(cfg.head_dim, C)
-    step = max(kv, R, C)
+    step = max(kv, cfg.min_tile_steps)
     t = pv_go + FETCH_LATENCY      # first beat with no wait
     prev_last = None
     for tm in range(_cdiv(seq, R)):
@@ -223,7 +224,7 @@ def _fetch_waits(cfg, kv, needs, pv_go):
     from hw.core.operand_fetch import OPQ_DEPTH
     R, C = cfg.array_rows, cfg.array_cols
     tiles_n = _cdiv(cfg.head_dim, C)
-    step = max(kv, R, C)
+    step = max(kv, cfg.min_tile_steps)
     beats = [(tm, tn == 0 and kk == 0, kk == kv - 1)
              for tm in range(len(needs)) for tn in range(tiles_n) for kk in range(kv)]
     n = len(beats)

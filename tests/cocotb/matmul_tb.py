@@ -1,6 +1,7 @@
 """cocotb tests of the generated MatmulEngine Verilog against the golden model.
 
-Environment (strings): MATMUL_CONFIG (TOML path), MATMUL_ROWS, MATMUL_COLS, MATMUL_SEED,
+Environment (strings): MATMUL_CONFIG (TOML path), MATMUL_ROWS, MATMUL_COLS, MATMUL_LANES
+(requantizer lanes, 0: all columns), MATMUL_SEED,
 MATMUL_IDLE (idle probability of every input stream), MATMUL_BACKPRESSURE (probability of
 ``result.ready`` low).
 """
@@ -23,7 +24,8 @@ from tests.matmul_vectors import expected_rows, extreme_case, operand_beats, ran
 
 CFG = load_config(os.environ.get("MATMUL_CONFIG", REPO_ROOT / "configs" / "tiny.toml")).replace(
     array_rows=int(os.environ.get("MATMUL_ROWS", "4")),
-    array_cols=int(os.environ.get("MATMUL_COLS", "4")))
+    array_cols=int(os.environ.get("MATMUL_COLS", "4")),
+    requant_lanes=int(os.environ.get("MATMUL_LANES", "0")))
 SEED = int(os.environ.get("MATMUL_SEED", "1"))
 IDLE = float(os.environ.get("MATMUL_IDLE", "0"))
 BACKPRESSURE = float(os.environ.get("MATMUL_BACKPRESSURE", "0"))
