@@ -41,7 +41,7 @@ class BiasFetch(wiring.Component):
     Throughput: one beat per two cycles. The fetch advances on the engine's handshake
     registered, not on its ready (that route and the enables did not fit one cycle): the beat
     is withdrawn in the cycle after its handshake, while the next one is read. The engine
-    takes one per tile, at least ``max(R, C)`` cycles apart. Read address, last-tile and
+    takes one per tile, at least ``cfg.min_tile_steps`` cycles apart. Read address, last-tile and
     last-row flags are counted in registers.
     """
 
