@@ -635,12 +635,17 @@ class MatmulEngine(wiring.Component):
         with m.If(go):
             with m.If(row_first):
                 m.d.sync += tile_bias.eq(Mux(head.bias_en, biases, 0))
-            with m.If(write):
-                with m.Switch(wr):
-                    for i, entry in enumerate(entries):
-                        with m.Case(i):
-                            m.d.sync += entry.eq(new)
-                m.d.sync += wr.eq(Mux(wr == D - 1, 0, wr + 1))
+            if D == 1:
+                # A lane per column: the store is the bias-sum register, loaded in every step
+                # (its row is read in the next), with no write enable to build.
+                m.d.sync += entries[0].eq(new)
+            else:
+                with m.If(write):
+                    with m.Switch(wr):
+                        for i, entry in enumerate(entries):
+                            with m.Case(i):
+                                m.d.sync += entry.eq(new)
+                    m.d.sync += wr.eq(Mux(wr == D - 1, 0, wr + 1))
             with m.If(filled):
                 if P > 1:
                     m.d.sync += group.eq(Mux(last_group, 0, group + 1))
