@@ -172,10 +172,13 @@ def check_cycle_model(cfg, run, counters):
     assert (counters["cycles"], counters["stall"]) == (lt.latency, lt.softmax_stall)
 
 
-@pytest.mark.parametrize("rows,cols,lanes", [(2, 4, 2), (3, 6, 2)])
-def test_cycle_model_exact(rows, cols, lanes):
-    """CYCLES and STALL_CYCLES equal hw.perf.layer's figures, softmax stalls included."""
-    cfg = TINY.replace(array_rows=rows, array_cols=cols, softmax_lanes=lanes)
+@pytest.mark.parametrize("rows,cols,lanes,requant_lanes",
+                         [(2, 4, 2, 0), (3, 6, 2, 0), (3, 4, 2, 2)])
+def test_cycle_model_exact(rows, cols, lanes, requant_lanes):
+    """CYCLES and STALL_CYCLES equal hw.perf.layer's figures, softmax stalls included (and
+    with fewer requantizer lanes than columns)."""
+    cfg = TINY.replace(array_rows=rows, array_cols=cols, softmax_lanes=lanes,
+                       requant_lanes=requant_lanes)
     layer, runs = make_case(cfg, seed=rows, specs=[dict(seq=8), dict(seq=3, kv=7),
                                                    dict(seq=5, causal=True)])
     for run, (words, err, counters) in zip(runs, run_core(cfg, layer, runs)):

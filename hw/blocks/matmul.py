@@ -88,8 +88,9 @@ class MatmulEngine(wiring.Component):
     per cycle; tiles with a shorter ``k`` are issued ``cfg.min_tile_steps`` cycles apart
     (``max(R, C, P * R)``: the array drains one row per cycle, the requantizer takes
     ``P = cfg.requant_passes`` cycles per row, ``cfg.requant_lanes`` columns at a time, and
-    row ``r`` of a tile leaves ``(P - 1) * (r + 1)`` cycles later than it would at a row per
-    cycle). Backpressure on ``result`` stalls the whole engine through a registered step
+    row ``r`` of a tile leaves ``(P - 1) * (r + 1) + 1`` cycles later than it would at a row
+    per cycle, the ``+ 1`` being the register after the row store's read; 0 with a lane per
+    column, P = 1). Backpressure on ``result`` stalls the whole engine through a registered step
     enable; nothing is lost or duplicated.
 
     Parameters
@@ -193,6 +194,13 @@ class MatmulEngine(wiring.Component):
     # requantization product, coarse and fine shift, rounding, output buffer (for the first
     # group of a row that finds the requantizer free; see min_tile_steps).
     POST_LATENCY = 1 + PRODUCT_LATENCY + 3 + 1
+
+    @property
+    def group_latency(self) -> int:
+        """Steps of the register between the row store's read and the requantizer: 1 with
+        several groups a row (``requant_passes > 1``), else 0 (``hw.perf.matmul.row_delay``
+        counts it)."""
+        return int(self.passes > 1)
 
     @property
     def min_tile_steps(self) -> int:
@@ -556,12 +564,13 @@ class MatmulEngine(wiring.Component):
         returns the output row and its valid flag (pushed into the output buffer with ``go``).
 
         Stages: q1, the bias sum, into the row store; then ``requant_passes`` groups of
-        ``lanes`` columns per row, one group per step: ``PRODUCT_LATENCY`` stages of the
+        ``lanes`` columns per row, one group per step (with more than one group, first
+        through a register, ``group_latency``): ``PRODUCT_LATENCY`` stages of the
         product with the multiplier, "coarse" (shift by the multiple-of-8 part of shift - 1),
         "shifted" (by the rest), "rounded" ((x + 1) >> 1 and the saturation flags), then the
         saturation and column mask of the group, which the last group of a row pushes with
         the groups held before it. ``meta[i]`` is the side data of the group in stage
-        q(i + 1) (``meta[0]``: the group being read from the store)."""
+        q(i + 1) (``meta[0]``: the group at the requantizer's input)."""
         PL = self.PRODUCT_LATENCY
         store = self._row_store(m, array, head, go, row_first, bias_buf)
         feed = self._lane_feed(m, go, store)
@@ -681,7 +690,11 @@ class MatmulEngine(wiring.Component):
             "lane_mask": unsigned(L),
             "shift_m1": unsigned(6),
         })
-        meta = [Signal(meta_layout, name=f"meta_{i}") for i in range(1, PL + 5)]
+        # With several groups a row (P > 1) the group read from the store is registered
+        # before the requantizer: the store's P-way read multiplexer into the DSP operand
+        # registers was the routed top's worst path. ``extra`` is that stage (GROUP_LATENCY).
+        extra = self.group_latency
+        meta = [Signal(meta_layout, name=f"meta_{i}") for i in range(1 - extra, PL + 5)]
         sums = [Signal(signed(cfg.acc_bits + 1), name=f"lane_sum_{lane}") for lane in range(L)]
         mults = [Signal(mult_bits, name=f"lane_mult_{lane}") for lane in range(L)]
         shifts = [Signal(6, name=f"lane_shift_{lane}") for lane in range(L)]
@@ -705,6 +718,12 @@ class MatmulEngine(wiring.Component):
             m.d.comb += [mult.eq(e.mult) for mult in mults]
         with m.If(go):
             m.d.sync += [meta[i].eq(meta[i - 1]) for i in range(1, len(meta))]
+        if extra:
+            sums, mults, shifts = (self._group_register(m, go, regs, name)
+                                   for regs, name in ((sums, "group_sum"),
+                                                      (mults, "group_mult"),
+                                                      (shifts, "group_shift")))
+            meta = meta[extra:]
         if cfg.channel_scales:
             # each lane's shift carried along the product's stages to its two shifters
             pipes = [[shifts[lane]] + [Signal(6, name=f"shift_m1_{lane}_{i}", reset_less=True)
@@ -717,6 +736,15 @@ class MatmulEngine(wiring.Component):
             # one shift per row; the shifters' amounts from the side data
             shift_srcs = [(meta[PL - 1].shift_m1, meta[PL].shift_m1)] * L
         return SimpleNamespace(sums=sums, mults=mults, meta=meta, shift_srcs=shift_srcs)
+
+    @staticmethod
+    def _group_register(m, go, values, name):
+        """Registered copies (with ``go``) of the lanes' ``values``; returns the copies."""
+        regs = [Signal.like(v, name=f"{name}_{lane}", reset_less=True)
+                for lane, v in enumerate(values)]
+        with m.If(go):
+            m.d.sync += [reg.eq(v) for reg, v in zip(regs, values)]
+        return regs
 
     def _rounding_shift(self, m, go, c, product, coarse_src, fine_src, requant_en):
         """Builds lane ``c``'s coarse shift, fine shift and rounding of its ``product``

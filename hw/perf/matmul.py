@@ -26,10 +26,11 @@ def row_delay(cfg: AttentionConfig, r: int) -> int:
     """Cycles row ``r`` of a tile spends waiting for the requantizer beyond the one cycle
     per row the array drains at: with ``P = cfg.requant_passes`` groups of columns a row, row
     ``r`` starts ``P * r`` cycles after row 0 and is complete ``P - 1`` cycles after its first
-    group (0 with a lane per column). Tiles at least ``cfg.min_tile_steps`` apart never wait
-    for the previous tile's rows."""
+    group, and each group passes one register between the row store and the requantizer
+    (``MatmulEngine.group_latency``); 0 with a lane per column. Tiles at least
+    ``cfg.min_tile_steps`` apart never wait for the previous tile's rows."""
     P = cfg.requant_passes
-    return (P - 1) * (r + 1)
+    return (P - 1) * (r + 1) + (P > 1)
 
 
 def _ceil_div(a: int, b: int) -> int:
