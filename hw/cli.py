@@ -313,6 +313,12 @@ def _bench_softmax(cfg, rows: int, lanes_list: list[int]) -> int:
     return bad
 
 
+def _bench_out(args, kind: str) -> Path:
+    """The report's path: ``--out``, or one file per kind of report under build/bench (so the
+    scoring and harness reports do not overwrite make bench's bench.json)."""
+    return Path(args.out) if args.out else Path("build/bench") / f"{kind}.json"
+
+
 def _bench_layer(cfg, args) -> int:
     from sim.bench.layer import report_layer
     top = min(cfg.max_seq_len, cfg.max_kv_len)      # self-attention: queries are the keys
@@ -325,13 +331,13 @@ def _bench_layer(cfg, args) -> int:
         if not cfg.additive:
             raise UsageError(f"--what scoring: {cfg.name} builds no additive scorer "
                              f"([scoring] additive_lanes = 0)")
-        report_scoring(cfg, lengths, Path(args.out))
+        report_scoring(cfg, lengths, _bench_out(args, "scoring"))
         return 0
     if args.harness:
         from sim.bench.layer import report_layer_harness
-        report_layer_harness(cfg, lengths, Path(args.out))
+        report_layer_harness(cfg, lengths, _bench_out(args, "harness"))
         return 0
-    report_layer(cfg, lengths, others, args.simulator, Path(args.out))
+    report_layer(cfg, lengths, others, args.simulator, _bench_out(args, "bench"))
     return 0
 
 
@@ -688,7 +694,9 @@ def _args_bench(p) -> None:
     p.add_argument("--harness", action="store_true",
                    help="layer: through the Verilator C++ harness only (long sequences: "
                         "causal runs too on the tiled path; no engine scaling)")
-    p.add_argument("--out", default="build/bench/bench.json", help="layer: report JSON")
+    p.add_argument("--out", default=None,
+                   help="layer: report JSON (build/bench/bench.json; with --harness "
+                        "build/bench/harness.json, with --what scoring build/bench/scoring.json)")
 
 
 def _args_perf(p) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -454,3 +455,13 @@ def test_run_with_channel_scales(capsys, tmp_path):
 def test_accuracy_rtl_needs_the_model(capsys):
     _refused(capsys, ["accuracy", "--rtl", "verilator", "--no-model"],
              "--rtl runs the real model's layer: it cannot go with --no-model")
+
+
+def test_bench_reports_have_their_own_files():
+    """make bench's bench.json is not overwritten by the scoring or harness reports."""
+    from argparse import Namespace
+    from hw.cli import _bench_out
+    assert _bench_out(Namespace(out=None), "bench") == Path("build/bench/bench.json")
+    assert _bench_out(Namespace(out=None), "scoring") == Path("build/bench/scoring.json")
+    assert _bench_out(Namespace(out=None), "harness") == Path("build/bench/harness.json")
+    assert _bench_out(Namespace(out="x/y.json"), "scoring") == Path("x/y.json")
