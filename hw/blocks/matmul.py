@@ -638,23 +638,27 @@ class MatmulEngine(wiring.Component):
             self._channel_scales(m, go, head, row_first, bias_buf, new)
 
         write = array.row_valid & (array.row_index <= head.last_row)
+        with m.If(go & row_first):
+            m.d.sync += tile_bias.eq(Mux(head.bias_en, biases, 0))
+        if P == 1:
+            # A lane per column (D == 1): the store is the bias-sum register, loaded in every
+            # step and read in the next. No pointers: synthesis does not see that a read multiplexer on
+            # a pointer that never moves is constant (about 300 LUTs an engine).
+            with m.If(go):
+                m.d.sync += [entries[0].eq(new), filled.eq(write)]
+            return SimpleNamespace(head=entries[0], group=group, filled=filled,
+                                   last_group=last_group)
+
         pop = filled & last_group
         count_next = Signal.like(count)
         m.d.comb += count_next.eq(count)
         with m.If(go):
-            with m.If(row_first):
-                m.d.sync += tile_bias.eq(Mux(head.bias_en, biases, 0))
-            if D == 1:
-                # A lane per column: the store is the bias-sum register, loaded in every step
-                # (its row is read in the next), with no write enable to build.
-                m.d.sync += entries[0].eq(new)
-            else:
-                with m.If(write):
-                    with m.Switch(wr):
-                        for i, entry in enumerate(entries):
-                            with m.Case(i):
-                                m.d.sync += entry.eq(new)
-                    m.d.sync += wr.eq(Mux(wr == D - 1, 0, wr + 1))
+            with m.If(write):
+                with m.Switch(wr):
+                    for i, entry in enumerate(entries):
+                        with m.Case(i):
+                            m.d.sync += entry.eq(new)
+                m.d.sync += wr.eq(Mux(wr == D - 1, 0, wr + 1))
             with m.If(filled):
                 if P > 1:
                     m.d.sync += group.eq(Mux(last_group, 0, group + 1))
