@@ -611,10 +611,7 @@ class MatmulEngine(wiring.Component):
         D = self.store_depth
         entries = [Signal(entry_layout, name=f"row_store_{i}", reset_less=True)
                    for i in range(D)]
-        wr = Signal(range(max(D, 2)), name="store_wr")
-        rd = Signal(range(max(D, 2)), name="store_rd")
-        count = Signal(range(D + 1), name="store_count")
-        filled = Signal(name="store_filled")             # count != 0, a register
+        filled = Signal(name="store_filled")             # a row is held, a register
         group = Signal(range(max(P, 2)), name="store_group")
         last_group = Signal(name="store_last_group")     # group == P - 1
         m.d.comb += last_group.eq(group == P - 1) if P > 1 else last_group.eq(1)
@@ -642,13 +639,16 @@ class MatmulEngine(wiring.Component):
             m.d.sync += tile_bias.eq(Mux(head.bias_en, biases, 0))
         if P == 1:
             # A lane per column (D == 1): the store is the bias-sum register, loaded in every
-            # step and read in the next. No pointers: synthesis does not see that a read multiplexer on
-            # a pointer that never moves is constant (about 300 LUTs an engine).
+            # step and read in the next. No pointers: synthesis does not see that a read
+            # multiplexer on a pointer that never moves is constant (about 300 LUTs an engine).
             with m.If(go):
                 m.d.sync += [entries[0].eq(new), filled.eq(write)]
             return SimpleNamespace(head=entries[0], group=group, filled=filled,
                                    last_group=last_group)
 
+        wr = Signal(range(D), name="store_wr")
+        rd = Signal(range(D), name="store_rd")
+        count = Signal(range(D + 1), name="store_count")
         pop = filled & last_group
         count_next = Signal.like(count)
         m.d.comb += count_next.eq(count)
