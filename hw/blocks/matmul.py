@@ -226,7 +226,7 @@ class MatmulEngine(wiring.Component):
         creg = self._command_register(m, pos)
         feed = self._feeder(m, array, en.go, pos, creg)
         self._tile_counters(m, en.go, ring, pos, creg, feed)
-        head_next_bias_en = self._descriptor_readout(m, en, ring, row_final)
+        head_next_bias_en = self._descriptor_readout(m, en.go, ring, row_final)
         bias_buf_valid_next = self._bias_buffer(m, en, bias_take)
         out_row, out_valid = self._post_process(m, array, ring.head, en.go, row_first,
                                                 en.bias_buf)
@@ -236,8 +236,8 @@ class MatmulEngine(wiring.Component):
 
     def _step_enable(self):
         """Creates the step enable's registers and the state it is computed from; returns
-        ``out_depth``, ``out_count``, ``bias_buf``, ``bias_buf_valid``, ``advance``, ``stall``,
-        ``go`` (``~stall``), ``stall_enable`` and ``go_enable`` as a namespace."""
+        ``out_depth``, ``out_count``, ``bias_buf``, ``bias_buf_valid``, ``advance``, ``stall``
+        and ``go`` (``~stall``) as a namespace."""
         cfg, C = self.cfg, self.cols
         # ---------------------------------------------------------- step enable
         # Everything from the operand inputs to the output buffer advances in lockstep, by one
@@ -259,13 +259,9 @@ class MatmulEngine(wiring.Component):
         advance = Signal(init=1)
         stall = Signal()
         go = ~stall
-        # A third copy, marked keep, for the enable's own next-state logic only (output push,
-        # row-0 and bias flags, descriptor advance): the loop from the enable back to itself
-        # then leaves through a register with a few loads instead of the whole engine's.
-        stall_enable = Signal(name="stall_enable", attrs={"keep": 1})
         return SimpleNamespace(out_depth=OUT_DEPTH, out_count=out_count, bias_buf=bias_buf,
                                bias_buf_valid=bias_buf_valid, advance=advance, stall=stall,
-                               go=go, stall_enable=stall_enable, go_enable=~stall_enable)
+                               go=go)
 
     def _descriptor_store(self):
         """Creates the ring of tile descriptors and its pointers; returns ``desc_layout``,
@@ -493,10 +489,9 @@ class MatmulEngine(wiring.Component):
                     pos.cur_channel.eq(creg.cq_channel),
                 ]
 
-    def _descriptor_readout(self, m, en, ring, row_final):
+    def _descriptor_readout(self, m, go, ring, row_final):
         """Builds the descriptor ring's read side (``head`` and the read pointers); returns
         ``head_next``'s ``bias_en``, from registers, for the next step enable."""
-        go = en.go
         descs, desc_rd, desc_rd_next = ring.descs, ring.desc_rd, ring.desc_rd_next
         # ---------------------------------------------------------- descriptor read-out
         # head follows descs[desc_rd] one cycle later; when desc_rd moves on, it loads the
@@ -516,7 +511,7 @@ class MatmulEngine(wiring.Component):
         next_bias_en = Signal()
         m.d.sync += next_bias_en.eq(Mux(advance_desc, descs[desc_rd_next2].bias_en,
                                         descs[desc_rd_next].bias_en))
-        head_next_bias_en = Mux(en.go_enable & row_final, next_bias_en, ring.head.bias_en)
+        head_next_bias_en = Mux(advance_desc, next_bias_en, ring.head.bias_en)
         return head_next_bias_en
 
     def _bias_buffer(self, m, en, bias_take):
@@ -529,7 +524,7 @@ class MatmulEngine(wiring.Component):
         with m.If(self.bias.valid & self.bias.ready):
             m.d.sync += en.bias_buf.eq(self.bias.payload)
             m.d.comb += bias_buf_valid_next.eq(1)
-        with m.Elif(en.go_enable & bias_take):
+        with m.Elif(en.go & bias_take):
             m.d.comb += bias_buf_valid_next.eq(0)
         m.d.sync += en.bias_buf_valid.eq(bias_buf_valid_next)
         return bias_buf_valid_next
@@ -556,14 +551,13 @@ class MatmulEngine(wiring.Component):
         # The next cycle's row at the array output is row 0 of a tile iff the array advances
         # now with its row-0 ready flag set (or holds such a row); its descriptor is
         # head_next, and bias_buf_valid_next says whether its bias will be buffered.
-        row_first_next = Mux(en.go_enable, array.row_ready[0], row_first)
+        row_first_next = Mux(en.go, array.row_ready[0], row_first)
         m.d.sync += row_first.eq(row_first_next)
-        room_next = en.out_count + (en.go_enable & out_valid) < OUT_DEPTH
+        room_next = en.out_count + push < OUT_DEPTH
         advance_next = Signal()
         m.d.comb += advance_next.eq(room_next & ~(row_first_next & head_next_bias_en
                                                   & ~bias_buf_valid_next))
-        m.d.sync += [en.advance.eq(advance_next), en.stall.eq(~advance_next),
-                     en.stall_enable.eq(~advance_next)]
+        m.d.sync += [en.advance.eq(advance_next), en.stall.eq(~advance_next)]
 
     def _post_process(self, m, array, head, go, row_first, bias_buf):
         """Bias, requantization, saturation and column mask of the rows leaving the array;
