@@ -109,10 +109,9 @@ DEVICES = {
 }
 DEFAULT_DEVICE = {"ecp5": "85k", "ice40": "up5k", "xc7": "xc7a100t"}
 # Place-and-route defaults, measured on the default top (docs/synthesis.md, "Run time, router
-# and seed"): of seeds 2, 3 and 4 router1 routes seed 2's placement fastest (44 minutes of
-# place and route, 44 to 58, against 81 and 86) and at 101.8 MHz (seed 12 routes in 36
-# but at 98.7 MHz); router2 stalls at about 4,000
-# overused wires. The time limit keeps `make synth` (with about 3 minutes of synthesis)
+# and seed"): of seeds 2, 3 and 4 router1 routes seed 2's placement fastest (44 to 58 minutes
+# of place and route against 81 and 86) and at 101.8 MHz (seed 12 routes in 36 minutes but
+# at 98.7 MHz); router2 stalls at about 4,000 overused wires. The time limit keeps `make synth` (with about 3 minutes of synthesis)
 # within 40 minutes, which the default top's route does not fit (docs/synthesis.md).
 DEFAULT_ROUTER = "router1"
 DEFAULT_SEED = 2
