@@ -154,22 +154,13 @@ class OutputStreamer(wiring.Component):
         wiring.connect(m, y_slice.o_stream, wiring.flipped(self.y_out))
 
         # The handoff: the sequence's settings and counts, and the read position from row 0.
-        # The take (valid, from the sequencer's state across the die, and not streaming)
-        # enables only st_active, st_idle and o_more. The settings and counts (about 100
-        # flip-flops) are loaded on every idle cycle instead, enabled by st_idle, a register:
-        # the last one loaded before the take is the handoff's, and they hold while streaming.
-        # With the take on their enables too, its LUT was drawn to them and seq_state into
-        # o_more's enable was the routed top's critical path on several placements.
         h = self.handoff.payload
-        take = self.handoff.valid & ~st_active
-        st_idle = Signal(init=1, attrs={"keep": 1})   # = ~st_active, a register of its own
         m.d.comb += self.handoff.ready.eq(~st_active)
-        with m.If(take):
-            # (seq >= 1: the register block refuses SEQ_LEN 0)
-            m.d.sync += [st_active.eq(1), st_idle.eq(0), o_more.eq(1)]
-        with m.If(st_idle):
-            m.d.sync += [st_seq.eq(h.seq), st_bank.eq(h.bank),
-                         st_t0.eq(h.t0), st_busy.eq(h.busy), st_stall.eq(h.stall)]
+        with m.If(self.handoff.valid & ~st_active):
+            m.d.sync += [st_active.eq(1), st_seq.eq(h.seq), st_bank.eq(h.bank),
+                         st_t0.eq(h.t0), st_busy.eq(h.busy), st_stall.eq(h.stall),
+                         # (seq >= 1: the register block refuses SEQ_LEN 0)
+                         o_more.eq(1)]
 
         stream_end = self.y_out.valid & self.y_out.ready & self.y_out.payload.last
         # done is a register, a cycle after the last word: as a combinational strobe it was
@@ -179,7 +170,7 @@ class OutputStreamer(wiring.Component):
         # after it.
         m.d.sync += self.done.eq(stream_end)
         with m.If(stream_end):
-            m.d.sync += [st_active.eq(0), st_idle.eq(1)]
+            m.d.sync += st_active.eq(0)
         # The read position returns to row 0 with done (reset and done leave it there), not
         # at the handoff: the handoff's take, from the sequencer's state across the die,
         # then reaches only the settings' enables, not the position's resets.
