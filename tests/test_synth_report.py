@@ -123,6 +123,31 @@ def test_nextpnr_is_stopped_at_the_time_limit_with_its_figures(tmp_path):
     assert code == 0 and state.stage == "routed" and state.routed_fmax["$glbnet$clk"] == 101.5
 
 
+def test_sigterm_stops_nextpnr_with_its_supervisor(tmp_path):
+    # A supervisor process as ``hw synth`` runs it; SIGTERM to it must take nextpnr along.
+    fake = _fake_nextpnr(tmp_path, False)
+    sup = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""\
+        import sys
+        from pathlib import Path
+        from hw.flow.synth import run_nextpnr, stop_on_sigterm
+        stop_on_sigterm()
+        try:
+            run_nextpnr({fake!r}, Path({str(tmp_path)!r}), log=print)
+        except KeyboardInterrupt:
+            sys.exit(130)
+        """)], cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
+    log = tmp_path / "nextpnr.log"
+    for _ in range(300):            # until nextpnr is routing (its log is copied as it runs)
+        if log.exists() and "iter=2" in log.read_text():
+            break
+        time.sleep(0.1)
+    sup.terminate()
+    assert sup.wait(timeout=30) == 130
+    out = subprocess.run(["pgrep", "-f", str(tmp_path / "fake_nextpnr.py")],
+                         capture_output=True, text=True)
+    assert out.stdout.strip() == ""
+
+
 def _report(**changes):
     device = DEVICES["ecp5"]["85k"]
     used = {"luts": 36000, "ffs": 30000, "dsps": 144, "brams": 174, "ios": 191}

@@ -44,6 +44,7 @@ import json
 import queue
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import threading
@@ -1226,8 +1227,17 @@ def _parse(argv):
     return ap, ap.parse_args(argv)
 
 
+def stop_on_sigterm() -> None:
+    """Treat SIGTERM (``kill``, ``pkill``, a CI runner's cancel) like Ctrl-C, so the
+    nextpnr child is stopped with this process instead of routing on as an orphan."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 def main(argv=None) -> int:
     ap, args = _parse(argv)
+    stop_on_sigterm()
     try:
         key = args.device or DEFAULT_DEVICE[args.target]
         if key not in DEVICES[args.target]:
