@@ -130,12 +130,12 @@ def test_sigterm_stops_nextpnr_with_its_supervisor(tmp_path):
         import sys
         from pathlib import Path
         from hw.flow.synth import run_nextpnr, stop_on_sigterm
-        stop_on_sigterm()
         try:
-            run_nextpnr({fake!r}, Path({str(tmp_path)!r}), log=print)
+            with stop_on_sigterm():
+                run_nextpnr({fake!r}, Path({str(tmp_path)!r}), log=print)
         except KeyboardInterrupt:
             sys.exit(130)
-        """)], cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
+        """)], cwd=REPO_ROOT, stdout=subprocess.DEVNULL)
     log = tmp_path / "nextpnr.log"
     for _ in range(300):            # until nextpnr is routing (its log is copied as it runs)
         if log.exists() and "iter=2" in log.read_text():

@@ -40,6 +40,7 @@ stopped at the time limit (report written); 130 when interrupted. Every failure 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import queue
 import re
@@ -1227,17 +1228,25 @@ def _parse(argv):
     return ap, ap.parse_args(argv)
 
 
-def stop_on_sigterm() -> None:
-    """Treat SIGTERM (``kill``, ``pkill``, a CI runner's cancel) like Ctrl-C, so the
-    nextpnr child is stopped with this process instead of routing on as an orphan."""
+@contextlib.contextmanager
+def stop_on_sigterm():
+    """While inside, treat SIGTERM (``kill``, ``pkill``, a CI runner's cancel) like Ctrl-C, so
+    the nextpnr child is stopped with this process instead of routing on as an orphan. The
+    previous handler comes back on leaving (``main`` may run inside another program)."""
     def interrupt(signum, frame):
         raise KeyboardInterrupt
-    signal.signal(signal.SIGTERM, interrupt)
+    if threading.current_thread() is not threading.main_thread():
+        yield                       # signal handlers can only be set in the main thread
+        return
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def main(argv=None) -> int:
     ap, args = _parse(argv)
-    stop_on_sigterm()
     try:
         key = args.device or DEFAULT_DEVICE[args.target]
         if key not in DEVICES[args.target]:
@@ -1257,12 +1266,14 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     try:
-        report = run(args.target, cfg, args.config, DEVICES[args.target][key], out=out,
-                     io=args.io, slices=args.slices, pin_placement=args.pins,
-                     pnr=not args.no_pnr, freq_mhz=args.freq, seed=args.seed,
-                     router=args.router, promote=not args.no_promote, sdf=args.sdf,
-                     pnr_minutes=args.pnr_minutes, pnr_extra=tuple(shlex.split(args.pnr_extra)),
-                     log=lambda s: print(s, flush=True))
+        with stop_on_sigterm():
+            report = run(args.target, cfg, args.config, DEVICES[args.target][key], out=out,
+                         io=args.io, slices=args.slices, pin_placement=args.pins,
+                         pnr=not args.no_pnr, freq_mhz=args.freq, seed=args.seed,
+                         router=args.router, promote=not args.no_promote, sdf=args.sdf,
+                         pnr_minutes=args.pnr_minutes,
+                         pnr_extra=tuple(shlex.split(args.pnr_extra)),
+                         log=lambda s: print(s, flush=True))
     except ToolError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
