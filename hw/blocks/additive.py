@@ -224,9 +224,13 @@ class AdditiveScorer(wiring.Component):
         row0 = Signal(range(self.max_m + R))
         col0 = Signal(range(self.max_n + C))
         kk = Signal(range(self.max_k))
+        # rows and columns left from the tile position (m - row0, n - col0), kept as counters
+        # beside it: the subtractions and the compares after them did not fit a cycle
+        rows_left = Signal(range(self.max_m + 1))
+        cols_left = Signal(range(self.max_n + 1))
         last_kk = kk == cur.k - 1
-        last_col = col0 + C >= cur.n
-        last_row = row0 + R >= cur.m
+        last_col = cols_left <= C
+        last_row = rows_left <= R
         # the held beat
         held = Signal()
         # (the ports' widths: the values are int8, the sum z takes their low 9 bits)
@@ -245,14 +249,13 @@ class AdditiveScorer(wiring.Component):
                      w_rd.en.eq(take)]
         w_byte = Signal(2)             # the element of the word read for the held beat
         with m.If(self.cmd.valid & self.cmd.ready):
-            m.d.sync += [busy.eq(1), cur.eq(cmd), row0.eq(0), col0.eq(0), kk.eq(0)]
+            m.d.sync += [busy.eq(1), cur.eq(cmd), row0.eq(0), col0.eq(0), kk.eq(0),
+                         rows_left.eq(cmd.m), cols_left.eq(cmd.n)]
         with m.If(issue):
             m.d.sync += p.eq(Mux(p == G - 1, 0, p + 1))
             with m.If(p == G - 1):
                 m.d.sync += held.eq(0)
         with m.If(take):
-            rows_left = cur.m - row0
-            cols_left = cur.n - col0
             m.d.sync += [
                 held.eq(1), p.eq(0), w_byte.eq(kk[:2]),
                 a_h.eq(self.a.payload), b_h.eq(self.b.payload),
@@ -264,9 +267,10 @@ class AdditiveScorer(wiring.Component):
                 kk.eq(Mux(last_kk, 0, kk + 1)),
             ]
             with m.If(last_kk):
-                m.d.sync += col0.eq(Mux(last_col, 0, col0 + C))
+                m.d.sync += [col0.eq(Mux(last_col, 0, col0 + C)),
+                             cols_left.eq(Mux(last_col, cur.n, cols_left - C))]
                 with m.If(last_col):
-                    m.d.sync += row0.eq(row0 + R)
+                    m.d.sync += [row0.eq(row0 + R), rows_left.eq(rows_left - R)]
                     with m.If(last_row):
                         m.d.sync += busy.eq(0)
         return SimpleNamespace(a=a_h, b=b_h, w=w_rd.data.word_select(w_byte, 8).as_signed(),
