@@ -312,7 +312,7 @@ class AdditiveScorer(wiring.Component):
                              *(h.eq(v) for h, v in zip(halves, _partial_sums(t3, ws[2]))),
                              prod.eq(_sum_of(halves))]
             prods.append(prod)
-        return SimpleNamespace(side=stages[-1], prods=prods)
+        return SimpleNamespace(side=stages[-1], before=stages[-2], prods=prods)
 
     def _output(self, m, s3, en):
         """The accumulators (term ``i`` in register ``i``), the output bank and its rows."""
@@ -329,14 +329,22 @@ class AdditiveScorer(wiring.Component):
                 m.d.sync += acc[i].eq(nxt)
             # the value the copy takes in the cycle of the tile's last group
             new.append(Mux(mine, nxt, acc[i]) if p == G - 1 else acc[i])
-        final = side.valid & side.meta.last & (side.p == G - 1)
+        def ends_tile(st):
+            return st.valid & st.meta.last & (st.p == G - 1)
+        # final (the last stage holds a tile's last group) and the enable are registers,
+        # computed a cycle ahead from the next state: the enable reaches about 1,900
+        # flip-flops, and from the last stage's flags through a LUT it did not fit a cycle.
+        final = Signal()
+        final_next = Mux(en, ends_tile(s3.before), final)
+        m.d.sync += final.eq(final_next)
         # output bank: the tile's sums, its rows left to send
         bank = [Signal(signed(self.sum_bits), name=f"bank{i}", reset_less=True)
                 for i in range(R * C)]
         b_meta = Signal(side.meta.shape(), reset_less=True)
         b_row = Signal(range(R))
         b_full = Signal()
-        m.d.comb += en.eq(~(final & b_full))
+        en_r = Signal(init=1)
+        m.d.comb += en.eq(en_r)
         # The rows leave through a register slice: the column mask, then the score select
         # and the result writer beyond it, did not fit a cycle.
         m.submodules.result_slice = out_slice = RegisterSlice(
@@ -344,7 +352,7 @@ class AdditiveScorer(wiring.Component):
         wiring.connect(m, out_slice.o_stream, wiring.flipped(self.result))
         res = out_slice.i_stream
         with m.If(en & final):
-            m.d.sync += [b_full.eq(1), b_row.eq(0), b_meta.eq(side.meta)]
+            m.d.sync += [b_row.eq(0), b_meta.eq(side.meta)]
             m.d.sync += [bank[i].eq(new[i]) for i in range(R * C)]
         # Each row taken shifts the bank up a row, so the row leaving is always row 0: a row
         # multiplexer on b_row (a net to every result bit) did not fit a cycle. (A load needs
@@ -358,7 +366,12 @@ class AdditiveScorer(wiring.Component):
                      res.payload.row.eq(b_meta.row0 + b_row),
                      res.payload.col.eq(b_meta.col0),
                      res.payload.last.eq(b_meta.last_tile & (b_row == b_meta.rows - 1))]
+        b_full_next = Signal()
+        m.d.comb += b_full_next.eq(b_full)
         with m.If(res.valid & res.ready):
             m.d.sync += b_row.eq(b_row + 1)
             with m.If(b_row == b_meta.rows - 1):
-                m.d.sync += b_full.eq(0)
+                m.d.comb += b_full_next.eq(0)
+        with m.If(en & final):
+            m.d.comb += b_full_next.eq(1)
+        m.d.sync += [b_full.eq(b_full_next), en_r.eq(~(final_next & b_full_next))]
