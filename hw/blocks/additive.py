@@ -64,8 +64,8 @@ class AdditiveScorer(wiring.Component):
     The tanh table: ``T[z] = tanh_int(round_shift(z * tanh_mult, tanh_shift))`` for every
     9-bit ``z`` (``Z_CODES`` entries, one copy per lane), filled after a ``fill`` strobe from
     the settings of that cycle (``z * tanh_mult`` by accumulation, the rounding shift, the
-    :class:`hw.blocks.tanh.TanhUnit`): ``Z_CODES + FILL_STAGES + TanhUnit.LATENCY + 1`` cycles, during which
-    ``filling`` is high and no command is taken. The settings are layer parameters: fill once
+    :class:`hw.blocks.tanh.TanhUnit`): ``Z_CODES + FILL_STAGES + TanhUnit.LATENCY + 1``
+    cycles, during which ``filling`` is high and no command is taken. The settings are layer parameters: fill once
     per committed layer. ``tanh_shift`` must be 1..62.
 
     ``w_write`` writes word ``addr = (lh * max_k + kk) / 4`` of the vectors: elements ``kk``
@@ -159,8 +159,8 @@ class AdditiveScorer(wiring.Component):
         w_rd = wmem.read_port(domain="sync")
         en = Signal()                  # the term pipeline advances
         feed = self._feeder(m, w_rd, en)
-        s3 = self._terms(m, tables, feed, en)
-        self._output(m, s3, en)
+        terms = self._terms(m, tables, feed, en)
+        self._output(m, terms, en)
         return m
 
     def _tables(self, m):
@@ -281,7 +281,7 @@ class AdditiveScorer(wiring.Component):
         """Lanes: s1 the sum z, s2 the table read, s3 the table word registered, s4 the
         product's first adder level, s5 the product with w, then the accumulation (in
         :meth:`_output`). A block RAM's data arrives late in its cycle (about 8.7 ns after the
-        clock on ECP5) and the product is four adder levels, so read, product and
+        clock on ECP5) and the product is three adder levels, so read, product and
         accumulation each get their own cycle (one stage for all ran at about 53 MHz).
         Returns the s5 registers as a namespace."""
         R, C, L, G = self.rows, self.cols, self.lanes, self.G
@@ -314,28 +314,29 @@ class AdditiveScorer(wiring.Component):
             prods.append(prod)
         return SimpleNamespace(side=stages[-1], before=stages[-2], prods=prods)
 
-    def _output(self, m, s3, en):
+    def _output(self, m, terms, en):
         """The accumulators (term ``i`` in register ``i``), the output bank and its rows."""
         R, C, L, G = self.rows, self.cols, self.lanes, self.G
-        side = s3.side
+        side = terms.side
         acc = [Signal(signed(self.sum_bits), name=f"acc{i}", reset_less=True)
                for i in range(R * C)]
         new = []
         for i in range(R * C):
             p, lane = divmod(i, L)
             mine = side.valid & (side.p == p)
-            nxt = Mux(side.meta.first, 0, acc[i]) + s3.prods[lane]
+            nxt = Mux(side.meta.first, 0, acc[i]) + terms.prods[lane]
             with m.If(en & mine):
                 m.d.sync += acc[i].eq(nxt)
             # the value the copy takes in the cycle of the tile's last group
             new.append(Mux(mine, nxt, acc[i]) if p == G - 1 else acc[i])
+
         def ends_tile(st):
             return st.valid & st.meta.last & (st.p == G - 1)
         # final (the last stage holds a tile's last group) and the enable are registers,
         # computed a cycle ahead from the next state: the enable reaches about 1,900
         # flip-flops, and from the last stage's flags through a LUT it did not fit a cycle.
         final = Signal()
-        final_next = Mux(en, ends_tile(s3.before), final)
+        final_next = Mux(en, ends_tile(terms.before), final)
         m.d.sync += final.eq(final_next)
         # output bank: the tile's sums, its rows left to send
         bank = [Signal(signed(self.sum_bits), name=f"bank{i}", reset_less=True)
