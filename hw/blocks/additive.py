@@ -238,7 +238,7 @@ class AdditiveScorer(wiring.Component):
         b_h = Signal(self.b.payload.shape(), reset_less=True)
         meta_layout = data.StructLayout({
             "first": 1, "last": 1, "row0": len(row0), "col0": len(col0),
-            "rows": range(R + 1), "col_mask": C, "last_tile": 1})
+            "row_mask": R, "col_mask": C, "last_tile": 1})
         meta_h = Signal(meta_layout, reset_less=True)
         p = Signal(range(G))
         issue = held & en                         # group p enters the pipeline
@@ -261,7 +261,7 @@ class AdditiveScorer(wiring.Component):
                 a_h.eq(self.a.payload), b_h.eq(self.b.payload),
                 meta_h.first.eq(kk == 0), meta_h.last.eq(last_kk),
                 meta_h.row0.eq(row0), meta_h.col0.eq(col0),
-                meta_h.rows.eq(Mux(rows_left >= R, R, rows_left)),
+                meta_h.row_mask.eq(Cat(*(rows_left > r for r in range(R)))),
                 meta_h.col_mask.eq(Cat(*(cols_left > c for c in range(C)))),
                 meta_h.last_tile.eq(last_col & last_row),
                 kk.eq(Mux(last_kk, 0, kk + 1)),
@@ -338,13 +338,15 @@ class AdditiveScorer(wiring.Component):
         final = Signal()
         final_next = Mux(en, ends_tile(terms.before), final)
         m.d.sync += final.eq(final_next)
-        # output bank: the tile's sums, its rows left to send
+        # output bank: the tile's sums; pend[r] says bank row r holds a row still to send
         bank = [Signal(signed(self.sum_bits), name=f"bank{i}", reset_less=True)
                 for i in range(R * C)]
         b_meta = Signal(side.meta.shape(), reset_less=True)
         b_row = Signal(range(R))
-        b_full = Signal()
+        pend = Signal(R)
+        b_full = pend[0]
         en_r = Signal(init=1)
+        load = Signal()                # en & final, a register computed a cycle ahead
         m.d.comb += en.eq(en_r)
         # The rows leave through a register slice: the column mask, then the score select
         # and the result writer beyond it, did not fit a cycle.
@@ -352,27 +354,35 @@ class AdditiveScorer(wiring.Component):
             stream.Signature(self.result_layout))
         wiring.connect(m, out_slice.o_stream, wiring.flipped(self.result))
         res = out_slice.i_stream
-        with m.If(en & final):
+        shift = res.valid & res.ready
+        with m.If(load):
             m.d.sync += [b_row.eq(0), b_meta.eq(side.meta)]
-            m.d.sync += [bank[i].eq(new[i]) for i in range(R * C)]
         # Each row taken shifts the bank up a row, so the row leaving is always row 0: a row
-        # multiplexer on b_row (a net to every result bit) did not fit a cycle. (A load needs
-        # an empty bank, a shift a full one: never both.)
-        with m.If(res.valid & res.ready):
-            m.d.sync += [bank[r * C + c].eq(bank[(r + 1) * C + c])
-                         for r in range(R - 1) for c in range(C)]
+        # multiplexer on b_row (a net to every result bit) did not fit a cycle. Row r moves
+        # only while row r + 1 is pending, and its data select is its own pend[r] (a load
+        # needs an empty bank, a shift a full one): each row's enable and select are nets of
+        # one row, where one shift enable for the whole bank (about 1,500 flip-flops) did not
+        # fit a cycle.
+        for r in range(R):
+            move = shift & pend[r + 1] if r + 1 < R else Const(0)
+            with m.If(load | move):
+                for c in range(C):
+                    up = bank[(r + 1) * C + c] if r + 1 < R else bank[r * C + c]
+                    m.d.sync += bank[r * C + c].eq(Mux(pend[r], up, new[r * C + c]))
         for c in range(C):
             m.d.comb += res.payload.data[c].eq(Mux(b_meta.col_mask[c], bank[c], 0))
         m.d.comb += [res.valid.eq(b_full),
                      res.payload.row.eq(b_meta.row0 + b_row),
                      res.payload.col.eq(b_meta.col0),
-                     res.payload.last.eq(b_meta.last_tile & (b_row == b_meta.rows - 1))]
-        b_full_next = Signal()
-        m.d.comb += b_full_next.eq(b_full)
-        with m.If(res.valid & res.ready):
+                     res.payload.last.eq(b_meta.last_tile & ~pend[1] if R > 1
+                                         else b_meta.last_tile)]
+        pend_next = Signal(R)
+        m.d.comb += pend_next.eq(pend)
+        with m.If(shift):
             m.d.sync += b_row.eq(b_row + 1)
-            with m.If(b_row == b_meta.rows - 1):
-                m.d.comb += b_full_next.eq(0)
-        with m.If(en & final):
-            m.d.comb += b_full_next.eq(1)
-        m.d.sync += [b_full.eq(b_full_next), en_r.eq(~(final_next & b_full_next))]
+            m.d.comb += pend_next.eq(pend >> 1)
+        with m.If(load):
+            m.d.comb += pend_next.eq(side.meta.row_mask)
+        b_full_next = pend_next[0]
+        m.d.sync += [pend.eq(pend_next), en_r.eq(~(final_next & b_full_next)),
+                     load.eq(final_next & ~b_full_next)]
