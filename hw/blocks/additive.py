@@ -228,9 +228,16 @@ class AdditiveScorer(wiring.Component):
         # beside it: the subtractions and the compares after them did not fit a cycle
         rows_left = Signal(range(self.max_m + 1))
         cols_left = Signal(range(self.max_n + 1))
-        last_kk = kk == cur.k - 1
-        last_col = cols_left <= C
-        last_row = rows_left <= R
+        # The last-beat flags are registers: each is loaded with its compare on the value
+        # its counter takes, computed beside the take logic from registers (from the
+        # command's k, n and m on a command), so no carry chain lies behind the take. As
+        # compares on the counters (kk == k - 1, cols_left <= C, rows_left <= R) the
+        # feeder's take did not fit a cycle.
+        last_kk = Signal()
+        last_col = Signal()
+        last_row = Signal()
+        k_one = Signal()               # the command's k is 1
+        n_one = Signal()               # the command's n fits one tile
         # the held beat
         held = Signal()
         # (the ports' widths: the values are int8, the sum z takes their low 9 bits)
@@ -250,7 +257,10 @@ class AdditiveScorer(wiring.Component):
         w_byte = Signal(2)             # the element of the word read for the held beat
         with m.If(self.cmd.valid & self.cmd.ready):
             m.d.sync += [busy.eq(1), cur.eq(cmd), row0.eq(0), col0.eq(0), kk.eq(0),
-                         rows_left.eq(cmd.m), cols_left.eq(cmd.n)]
+                         rows_left.eq(cmd.m), cols_left.eq(cmd.n),
+                         k_one.eq(cmd.k == 1), n_one.eq(cmd.n <= C),
+                         last_kk.eq(cmd.k == 1), last_col.eq(cmd.n <= C),
+                         last_row.eq(cmd.m <= R)]
         with m.If(issue):
             m.d.sync += p.eq(Mux(p == G - 1, 0, p + 1))
             with m.If(p == G - 1):
@@ -265,12 +275,15 @@ class AdditiveScorer(wiring.Component):
                 meta_h.col_mask.eq(Cat(*(cols_left > c for c in range(C)))),
                 meta_h.last_tile.eq(last_col & last_row),
                 kk.eq(Mux(last_kk, 0, kk + 1)),
+                last_kk.eq(Mux(last_kk, k_one, kk + 2 == cur.k)),
             ]
             with m.If(last_kk):
                 m.d.sync += [col0.eq(Mux(last_col, 0, col0 + C)),
-                             cols_left.eq(Mux(last_col, cur.n, cols_left - C))]
+                             cols_left.eq(Mux(last_col, cur.n, cols_left - C)),
+                             last_col.eq(Mux(last_col, n_one, cols_left <= 2 * C))]
                 with m.If(last_col):
-                    m.d.sync += [row0.eq(row0 + R), rows_left.eq(rows_left - R)]
+                    m.d.sync += [row0.eq(row0 + R), rows_left.eq(rows_left - R),
+                                 last_row.eq(rows_left <= 2 * R)]
                     with m.If(last_row):
                         m.d.sync += busy.eq(0)
         return SimpleNamespace(a=a_h, b=b_h, w=w_rd.data.word_select(w_byte, 8).as_signed(),
@@ -320,11 +333,22 @@ class AdditiveScorer(wiring.Component):
         side = terms.side
         acc = [Signal(signed(self.sum_bits), name=f"acc{i}", reset_less=True)
                for i in range(R * C)]
+        # Per group, "the last stage holds this group" and "... of a tile's first beat", as
+        # registers beside the last stage: each reaches one group's accumulators, where the
+        # last stage's own first flag reached all of them (about 1,000 LUTs) and did not fit
+        # a cycle.
+        mine_g = Signal(G)
+        first_g = Signal(G)
+        with m.If(en):
+            m.d.sync += [mine_g.eq(Cat(*(terms.before.valid & (terms.before.p == p)
+                                         for p in range(G)))),
+                         first_g.eq(Cat(*(terms.before.valid & terms.before.meta.first
+                                          & (terms.before.p == p) for p in range(G))))]
         new = []
         for i in range(R * C):
             p, lane = divmod(i, L)
-            mine = side.valid & (side.p == p)
-            nxt = Mux(side.meta.first, 0, acc[i]) + terms.prods[lane]
+            mine = mine_g[p]
+            nxt = Mux(first_g[p], 0, acc[i]) + terms.prods[lane]
             with m.If(en & mine):
                 m.d.sync += acc[i].eq(nxt)
             # the value the copy takes in the cycle of the tile's last group
