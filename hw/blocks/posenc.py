@@ -58,7 +58,7 @@ class PositionalEncoder(wiring.Component):
     sequence's first word: the row and channel counters restart); the settings ``mode``,
     ``offset``, ``grid_width`` (16 bits, the register fields: every value is checked),
     ``seq_len`` (up to ``max_len``), ``pe_mult`` (16 bits), ``pe_shift`` (1..62), static from
-    ``restart`` to the sequence's last word. Latency: 8 cycles from a word's handshake to its
+    ``restart`` to the sequence's last word. Latency: 9 cycles from a word's handshake to its
     output word's ``valid``; throughput one word per cycle; backpressure stalls the whole
     pipeline (``i_stream.ready`` is low while ``o_stream`` holds a word it cannot hand on).
 
@@ -77,7 +77,7 @@ class PositionalEncoder(wiring.Component):
         division's width.
     """
 
-    LATENCY = 8
+    LATENCY = 9
 
     def __init__(self, d: int, max_position: int, modes=("1d", "2d"), act_bits: int = 8,
                  max_len: int | None = None):
@@ -163,41 +163,52 @@ class PositionalEncoder(wiring.Component):
     def _address(self, m, rd, advance, take):
         """The position counters of the word being taken and the ROM address of its codes:
         1-D (offset + row, word // 2); 2-D (grid row or column, channel group). Returns
-        (whether the word is encoded, which half of the ROM word 1-D uses)."""
-        d4, pb = self.d // 4, max(1, self.max_position.bit_length())
+        (whether the word is encoded, which half of the ROM word 1-D uses).
+
+        The addresses are registers stepped with the counters (``pos * d/8`` kept as a base
+        beside each position): computed from the counters, an adder and a multiplexer lay
+        between them and the block RAM's address pins, and that did not fit a cycle."""
+        d4, d8, pb = self.d // 4, self.d // 8, max(1, self.max_position.bit_length())
         W = self.grid_width
         word = Signal(range(d4))          # word within the row: channels 4 word .. + 3
         row = Signal(range(self.max_len + 1))   # rows of this sequence so far
         col = Signal(pb)                  # 2-D: column within the grid row (< W <= P)
         grow = Signal(pb + 1)             # 2-D: grid row (<= P once the checks pass)
+        aw = (self.max_len + (1 << 16)) * d8 + d4   # no address below wraps
+        a1, b1 = Signal(range(aw), name="a1"), Signal(range(aw), name="b1")  # 1-D
+        a2, bg, bc = (Signal(range(aw), name=n) for n in ("a2", "bg", "bc"))  # 2-D
+        w_last = Signal(16)               # W - 1, registered: the compare has no carry chain
         with m.If(self.restart):
-            m.d.sync += [word.eq(0), row.eq(0), col.eq(0), grow.eq(self.offset)]
+            base = self.offset * d8
+            m.d.sync += [word.eq(0), row.eq(0), col.eq(0), grow.eq(self.offset),
+                         w_last.eq(W - 1),
+                         a1.eq(base), b1.eq(base), a2.eq(base), bg.eq(base), bc.eq(0)]
         with m.Elif(take):
             with m.If(word == d4 - 1):
                 m.d.sync += word.eq(0)
                 # The row count stops at seq_len: the rows after it (a second sequence of any
                 # length) pass unchanged however many they are.
                 with m.If(row < self.seq_len):
-                    m.d.sync += row.eq(row + 1)
-                with m.If(col == W - 1):
-                    m.d.sync += [col.eq(0), grow.eq(grow + 1)]
+                    m.d.sync += [row.eq(row + 1), b1.eq(b1 + d8), a1.eq(b1 + d8)]
                 with m.Else():
-                    m.d.sync += col.eq(col + 1)
+                    m.d.sync += a1.eq(b1)
+                with m.If(col == w_last):
+                    m.d.sync += [col.eq(0), grow.eq(grow + 1), bc.eq(0), bg.eq(bg + d8),
+                                 a2.eq(bg + d8)]
+                with m.Else():
+                    m.d.sync += [col.eq(col + 1), bc.eq(bc + d8), a2.eq(bg)]
             with m.Else():
-                m.d.sync += word.eq(word + 1)
-        pos1 = (self.offset + row)[:pb]
-        first_half = word < d4 // 2
-        pos2 = Mux(first_half, grow, col)[:pb]
-        k2 = Mux(first_half, word, word - d4 // 2)
-        m.d.comb += [rd.addr.eq(Mux(self.mode == PeMode.TWO_D, pos2 * (self.d // 8) + k2,
-                                    pos1 * (self.d // 8) + (word >> 1))),
+                m.d.sync += [word.eq(word + 1), a1.eq(a1 + word[0]),
+                             a2.eq(Mux(word == d4 // 2 - 1, bc, a2 + 1))]
+        m.d.comb += [rd.addr.eq(Mux(self.mode == PeMode.TWO_D, a2, a1)),
                      rd.en.eq(advance)]
         encoding = ~self.error & (self.mode != PeMode.OFF) & (row < self.seq_len)
         return encoding, word[0]
 
     def _pipeline(self, m, rd, code_shape, advance, take, encoding, odd):
-        """s1 (ROM read issued, the word registered), s2 (codes), s3-s5 (the products), then
-        the shift, the rounding and the add, and the saturation into the output register."""
+        """s1 (ROM read issued, the word registered), s_rom (the ROM word registered: the
+        block's output register), s2 (codes), the products, then the shift, the rounding and
+        the add, and the saturation into the output register."""
         s1 = Signal(data.StructLayout({"valid": 1, "data": 32, "last": 1, "enc": 1,
                                        "two_d": 1, "odd": 1}))
         with m.If(advance):
@@ -206,12 +217,19 @@ class PositionalEncoder(wiring.Component):
                          s1.two_d.eq(self.mode == PeMode.TWO_D), s1.odd.eq(odd)]
         # The four codes of the word: 1-D the low or high half of the eight; 2-D channels
         # 0, 1, 4, 5 of them.
+        # The ROM word is registered before the select: a block RAM's data arrives late
+        # (5.8 ns after the clock without its output register), and the flow moves this
+        # register into the block.
+        rom_word = Signal.like(rd.data, name="rom_word")
+        s_rom = Signal.like(s1, name="s_rom")
+        with m.If(advance):
+            m.d.sync += [rom_word.eq(rd.data), s_rom.eq(s1)]
         codes = [Signal(code_shape, name=f"code{k}") for k in range(4)]
-        sel = [Mux(s1.two_d, rd.data[(0, 1, 4, 5)[k]],
-                   Mux(s1.odd, rd.data[4 + k], rd.data[k])) for k in range(4)]
+        sel = [Mux(s_rom.two_d, rom_word[(0, 1, 4, 5)[k]],
+                   Mux(s_rom.odd, rom_word[4 + k], rom_word[k])) for k in range(4)]
         s2 = Signal.like(s1)
         with m.If(advance):
-            m.d.sync += [s2.eq(s1), *[codes[k].eq(sel[k]) for k in range(4)]]
+            m.d.sync += [s2.eq(s_rom), *[codes[k].eq(sel[k]) for k in range(4)]]
         mults = []
         for k in range(4):
             mul = RegisteredMultiplier(code_shape, unsigned(16), fabric_reg=True)
