@@ -287,7 +287,7 @@ class AdditiveScorer(wiring.Component):
                     with m.If(last_row):
                         m.d.sync += busy.eq(0)
         return SimpleNamespace(a=a_h, b=b_h, w=w_rd.data.word_select(w_byte, 8).as_signed(),
-                               meta=meta_h, p=p, issue=issue,
+                               meta=meta_h, p=p, issue=issue, take=take,
                                meta_layout=meta_layout)
 
     def _terms(self, m, tables, feed, en):
@@ -311,8 +311,20 @@ class AdditiveScorer(wiring.Component):
             # the lane's term in each group: (r, c) of term p * L + lane (None past R*C)
             pairs = [divmod(p * L + lane, C) if p * L + lane < R * C else None
                      for p in range(G)]
-            a_sel = Array(feed.a[rc[0]] if rc else Const(0, signed(8)) for rc in pairs)
-            b_sel = Array(feed.b[rc[1]] if rc else Const(0, signed(8)) for rc in pairs)
+            # The lane's operands of group p, registers stepped with p: on a take those of
+            # group 0 of the beat taken, on an issue those of group p + 1 of the held beat.
+            # (A multiplexer on p and the sum z behind it did not fit a cycle.)
+            def operand(regs, which, q):
+                rc = pairs[q] if q < G else None
+                return regs[rc[which]] if rc else Const(0, signed(8))
+            op_a = Signal(signed(8), name=f"op_a{lane}", reset_less=True)
+            op_b = Signal(signed(8), name=f"op_b{lane}", reset_less=True)
+            with m.If(feed.take):
+                m.d.sync += [op_a.eq(operand(self.a.payload, 0, 0)),
+                             op_b.eq(operand(self.b.payload, 1, 0))]
+            with m.Elif(feed.issue):
+                m.d.sync += [op_a.eq(Array(operand(feed.a, 0, q + 1) for q in range(G))[feed.p]),
+                             op_b.eq(Array(operand(feed.b, 1, q + 1) for q in range(G))[feed.p])]
             z1 = Signal(signed(9), name=f"z{lane}", reset_less=True)
             rd = tables[lane]
             t3 = Signal.like(rd.data, name=f"t{lane}", reset_less=True)
@@ -321,7 +333,7 @@ class AdditiveScorer(wiring.Component):
             prod = Signal(signed(16), name=f"term{lane}", reset_less=True)
             m.d.comb += [rd.addr.eq(z1.as_unsigned()), rd.en.eq(en)]
             with m.If(en):
-                m.d.sync += [z1.eq(a_sel[feed.p] + b_sel[feed.p]), t3.eq(rd.data),
+                m.d.sync += [z1.eq(op_a + op_b), t3.eq(rd.data),
                              *(h.eq(v) for h, v in zip(halves, _partial_sums(t3, ws[2]))),
                              prod.eq(_sum_of(halves))]
             prods.append(prod)
