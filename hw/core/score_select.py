@@ -35,7 +35,8 @@ class ScoreSelect(wiring.Component):
         ``k`` with the job's head group.
 
     Combinational: no latency, the throughput of the unit selected. Operand payloads go to
-    both units; only ``valid``, ``ready`` and the result payload pass a multiplexer.
+    both units; only ``valid``, ``ready`` and the result payload pass a multiplexer, and
+    the result ``ready`` goes to both units unselected.
     """
 
     def __init__(self, geom: CoreGeometry, engine, scorer):
@@ -82,6 +83,9 @@ class ScoreSelect(wiring.Component):
         m.d.comb += [
             res.valid.eq(Mux(sel, sr.valid, er.valid)),
             res.payload.eq(Mux(sel, sr.payload.as_value(), er.payload.as_value())),
-            er.ready.eq(res.ready & ~sel), sr.ready.eq(res.ready & sel),
+            # Both units see the writer's ready: the one not selected holds no result (a
+            # job's results are all written before the next job), and with the select in it
+            # the ready into the scorer's result slice (about 340 enables) did not fit a cycle.
+            er.ready.eq(res.ready), sr.ready.eq(res.ready),
         ]
         return m
