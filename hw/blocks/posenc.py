@@ -156,8 +156,18 @@ class PositionalEncoder(wiring.Component):
             m.d.sync += step.eq(step - 1)
             with m.If(step == 0):
                 m.d.sync += checking.eq(0)
-        two_bad = two_d & ((W == 0) | (W > P) | (rem != 0) | (self.offset + quo > P))
-        m.d.comb += self.error.eq(built_bad | shift_bad | one_bad | two_bad)
+        # The checks of the settings alone are one register (the settings are static from
+        # restart, and the verdict is read no earlier than the cycle after it); the 2-D
+        # division's result is compared with P - offset, registered likewise. (With the
+        # add and the compares in front of ``error``, the loader's decision on it did not
+        # fit a cycle in the top.)
+        static_bad = Signal()
+        room = Signal(len(self.offset) + 1)   # P - offset (2-D: grid rows left in the table)
+        m.d.sync += [static_bad.eq(built_bad | shift_bad | one_bad
+                                   | two_d & ((W == 0) | (W > P) | (self.offset > P))),
+                     room.eq(P - self.offset)]
+        two_bad = two_d & ((rem != 0) | (quo > room))
+        m.d.comb += self.error.eq(static_bad | two_bad)
         return checking
 
     def _address(self, m, rd, advance, take):
