@@ -160,7 +160,8 @@ class AdditiveScorer(wiring.Component):
         en = Signal()                  # the term pipeline advances
         feed = self._feeder(m, w_rd, en)
         terms = self._terms(m, tables, feed, en)
-        self._output(m, terms, en)
+        new, final_next = self._accumulators(m, terms, en)
+        self._bank(m, terms.side, new, final_next, en)
         return m
 
     def _tables(self, m):
@@ -339,10 +340,11 @@ class AdditiveScorer(wiring.Component):
             prods.append(prod)
         return SimpleNamespace(side=stages[-1], before=stages[-2], prods=prods)
 
-    def _output(self, m, terms, en):
-        """The accumulators (term ``i`` in register ``i``), the output bank and its rows."""
+    def _accumulators(self, m, terms, en):
+        """The accumulators (term ``i`` in register ``i``); returns the values the bank
+        takes with a tile's last group, and the next state of ``final`` (the last stage
+        holds a tile's last group)."""
         R, C, L, G = self.rows, self.cols, self.lanes, self.G
-        side = terms.side
         acc = [Signal(signed(self.sum_bits), name=f"acc{i}", reset_less=True)
                for i in range(R * C)]
         # Per group, "the last stage holds this group" and "... of a tile's first beat", as
@@ -374,7 +376,13 @@ class AdditiveScorer(wiring.Component):
         final = Signal()
         final_next = Mux(en, ends_tile(terms.before), final)
         m.d.sync += final.eq(final_next)
-        # output bank: the tile's sums; pend[r] says bank row r holds a row still to send
+        return new, final_next
+
+    def _bank(self, m, side, new, final_next, en):
+        """The output bank (the tile's sums) and the result rows leaving it; drives ``en``
+        (the term pipeline advances unless a finished tile waits for the bank)."""
+        R, C = self.rows, self.cols
+        # pend[r]: bank row r holds a row still to send
         bank = [Signal(signed(self.sum_bits), name=f"bank{i}", reset_less=True)
                 for i in range(R * C)]
         b_meta = Signal(side.meta.shape(), reset_less=True)
