@@ -55,7 +55,9 @@ def run(d, max_pos, mode, seq, offset=0, grid=0, tail=0, *, modes=("1d", "2d"), 
 
 
 @pytest.mark.parametrize("mode,offset,grid", [("1d", 0, 0), ("1d", 37, 0), ("2d", 0, 4),
-                                              ("2d", 3, 2), ("off", 0, 0)])
+                                              ("2d", 3, 2), ("off", 0, 0),
+                                              # the table's last positions exactly
+                                              ("1d", 52, 0), ("2d", 61, 4)])
 @pytest.mark.parametrize("idle,bp", [(0.0, 0.0), (0.3, 0.4)])
 def test_modes_exact(mode, offset, grid, idle, bp):
     out, bad, want = run(16, 64, mode, 12, offset, grid, tail=3, idle=idle, bp=bp,
@@ -86,6 +88,8 @@ def test_default_width_and_scale():
     ("2d", 0, 32 + 4, 8, ("1d", "2d"), 14),   # a grid wider than the table
     ("2d", 0, 3, 8, ("1d", "2d"), 14),        # 3 does not divide 8
     ("2d", 31, 2, 8, ("1d", "2d"), 14),       # grid rows 31..34 past the 32 positions
+    ("2d", 29, 2, 8, ("1d", "2d"), 14),       # grid rows 29..32: one past
+    ("2d", 40, 2, 8, ("1d", "2d"), 14),       # an offset past the table
     ("1d", 30, 0, 8, ("1d", "2d"), 14),       # positions 30..37 past the table
     ("2d", 0, 4, 8, ("1d",), 14),             # 2-D not built
     ("1d", 0, 0, 8, ("2d",), 14),             # 1-D not built
