@@ -202,6 +202,10 @@ def test_high_fanout_control_nets_get_a_global_buffer():
     path = OUT / "promote" / "netlist.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(netlist))
+    fewest = OUT / "promote" / "one.json"
+    fewest.write_text(json.dumps(netlist))
+    assert promote_control_nets(fewest, min_sinks=2, max_nets=1) == [   # the largest first
+        {"net": "rst_any", "sinks": 3, "ports": ["LSR"]}]
     promoted = promote_control_nets(path, min_sinks=2)
     assert promoted == [{"net": "rst_any", "sinks": 3, "ports": ["LSR"]},
                         {"net": "step", "sinks": 2, "ports": ["CE"]}]
@@ -301,6 +305,8 @@ def test_block_ram_reads_without_collision_emulation_and_with_output_registers()
     (["--target", "ecp5", "--device", "up5k"], "unknown --device"),
     (["--target", "ice40", "--config", str(REPO_ROOT / "configs/none.toml")], "cannot read"),
     (["--freq", "0"], "--freq"),
+    (["--global-nets", "16"], "--global-nets must be in 0 ... 15"),
+    (["--global-nets", "-1"], "--global-nets must be in 0 ... 15"),
 ])
 def test_bad_arguments_exit_2_and_write_nothing(args, message):
     out = OUT / "refused"

