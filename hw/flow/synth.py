@@ -2,7 +2,7 @@
 
 Run as ``python -m hw synth --target ecp5|ice40|xc7 --config configs/default.toml
 [--device D] [--no-pnr] [--freq MHZ] [--seed N] [--router router1|router2]
-[--pnr-minutes MIN] [--io auto|full|narrow] [--slices 1|2] [--out DIR]``.
+[--pnr-minutes MIN] [--global-nets N] [--io auto|full|narrow] [--slices 1|2] [--out DIR]``.
 
 The top comes from the same generation path as ``python -m hw generate``
 (``hw.attention_top.AttentionTop(cfg)``), inside :class:`hw.flow.wrapper.SynthWrapper`, which
